@@ -1,0 +1,229 @@
+"""Batched sampling with a KV cache on a Hugging Face causal LM, many sequences in flight.
+
+`HFEngine.generate(key, feed_ids, ...)` continues the sequence named `key`: it feeds
+`feed_ids` (the prompt, or the tokens of a tool output) and samples until end-of-sequence,
+`max_new_tokens`, or until `stop(new_ids)` says a boundary was reached (a code block closed).
+Each sequence keeps its own KV cache between calls, so a trajectory that pauses while its code
+runs resumes without recomputing its prefix, and its slot in the batch goes to others
+meanwhile.
+
+One background task runs the step loop. Every step takes each active sequence's next input
+(a whole chunk of fed tokens, or the one token it sampled last), right-aligns the chunks,
+left-pads the per-sequence caches into one batch with an attention mask and explicit
+position ids, runs one forward pass, and samples one token per sequence from the last
+position. Requests join and leave between steps.
+
+Limits: the per-step re-padding of caches costs O(batch x length) copies, cheap for the
+small models this backend is for (tests, the quickstart, debugging). Large models belong on
+vLLM / SGLang servers. Log-probabilities are those of the unscaled policy (temperature 1),
+which is what a trainer recomputes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from transformers import DynamicCache, PreTrainedModel
+
+StopFn = Callable[[list[int]], bool]
+LayerKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [L, H, D]
+
+
+@dataclass
+class GenOutput:
+    ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (eos), "boundary" (stop fn), "length"
+
+
+@dataclass
+class _Request:
+    key: object
+    feed: list[int]
+    max_new_tokens: int
+    temperature: float
+    stop: StopFn | None
+    future: asyncio.Future
+    out_ids: list[int] = field(default_factory=list)
+    out_logprobs: list[float] = field(default_factory=list)
+
+
+class HFEngine:
+    """A continuous-batching sampler over one in-process model."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        eos_id: int,
+        max_batch: int = 64,
+        max_len: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.model = model
+        self.eos_id = eos_id
+        self.max_batch = max_batch
+        self.max_len = max_len or getattr(model.config, "max_position_embeddings", 2048)
+        self.device = next(model.parameters()).device
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._caches: dict[object, LayerKV] = {}
+        self._lengths: dict[object, int] = {}
+        self._unfed: dict[object, list[int]] = {}
+        self._waiting: list[_Request] = []
+        self._active: list[_Request] = []
+        self._loop_task: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
+        params = inspect.signature(model.forward).parameters
+        # transformers 5 renamed `past_key_values` to `cache`; older releases know only the first.
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._keeps_last_logits = "logits_to_keep" in params
+        self.steps = 0
+
+    # ------------------------------------------------------------------ public API
+    async def generate(
+        self,
+        key: object,
+        feed_ids: list[int],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        stop: StopFn | None = None,
+    ) -> GenOutput:
+        if not feed_ids:
+            raise ValueError("generate needs at least one token to feed")
+        # The token sampled last in the previous call is not in the cache yet: feed it first.
+        feed_ids = self._unfed.pop(key, []) + list(feed_ids)
+        length = self._lengths.get(key, 0) + len(feed_ids)
+        room = self.max_len - length
+        if room <= 0 or max_new_tokens <= 0:
+            return GenOutput([], [], "length")
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append(
+            _Request(key, list(feed_ids), min(max_new_tokens, room), temperature, stop, future)
+        )
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.create_task(self._run())
+        return await future
+
+    def release(self, key: object) -> None:
+        """Forget a finished sequence's cache."""
+        self._caches.pop(key, None)
+        self._lengths.pop(key, None)
+        self._unfed.pop(key, None)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False)
+
+    # ------------------------------------------------------------------ step loop
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._waiting or self._active:
+            while self._waiting and len(self._active) < self.max_batch:
+                self._active.append(self._waiting.pop(0))
+            batch = list(self._active)
+            try:
+                sampled = await loop.run_in_executor(self._executor, self._step, batch)
+            except Exception as exc:  # a failed forward fails its requests, never hangs them
+                for req in batch:
+                    if not req.future.done():
+                        req.future.set_exception(exc)
+                self._active = [r for r in self._active if r not in batch]
+                continue
+            for req, (token, logprob) in zip(batch, sampled):
+                self._advance(req, token, logprob)
+            await asyncio.sleep(0)  # let sandbox results and new requests in
+
+    def _advance(self, req: _Request, token: int, logprob: float) -> None:
+        req.out_ids.append(token)
+        req.out_logprobs.append(logprob)
+        req.feed = [token]
+        if token == self.eos_id:
+            reason = "stop"
+        elif req.stop is not None and req.stop(req.out_ids):
+            reason = "boundary"
+        elif len(req.out_ids) >= req.max_new_tokens:
+            reason = "length"
+        else:
+            return
+        self._active.remove(req)
+        self._unfed[req.key] = [token]  # fed at the start of this key's next call
+        if not req.future.done():
+            req.future.set_result(GenOutput(req.out_ids, req.out_logprobs, reason))
+
+    @torch.no_grad()
+    def _step(self, batch: list[_Request]) -> list[tuple[int, float]]:
+        """One forward pass over every active sequence; returns (token, logprob) each."""
+        self.steps += 1
+        feeds = [req.feed for req in batch]
+        caches = [self._caches.get(req.key) for req in batch]
+        past = [self._lengths.get(req.key, 0) for req in batch]
+        logits, new_caches = self._forward(feeds, caches, past)  # [B, V]
+        for req, cache, n_past, feed in zip(batch, new_caches, past, feeds):
+            self._caches[req.key] = cache
+            self._lengths[req.key] = n_past + len(feed)
+        logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
+        temps = torch.tensor([r.temperature for r in batch], device=logits.device)
+        greedy = logprobs.argmax(-1)
+        scaled = logprobs / temps.clamp_min(1e-6).unsqueeze(-1)
+        sampled = torch.multinomial(torch.softmax(scaled, -1), 1, generator=self.generator).squeeze(-1)
+        tokens = torch.where(temps > 0, sampled, greedy)
+        chosen = logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        return list(zip(tokens.tolist(), chosen.tolist()))
+
+    def _forward(
+        self, feeds: list[list[int]], caches: list[LayerKV | None], past: list[int]
+    ) -> tuple[torch.Tensor, list[LayerKV]]:
+        """Run the model on ragged chunks over ragged caches.
+
+        Row i is laid out as [pad, cache_i, feed_i, pad]: caches left-padded to the longest,
+        each feed right after its cache. Row i's real tokens are then one contiguous span,
+        so its new cache is a view of the batch's, and its next-token logits sit at column
+        p_max + k_i - 1.
+        """
+        n, dev = len(feeds), self.device
+        p_max, k_max = max(past), max(len(f) for f in feeds)
+        ids = torch.full((n, k_max), self.eos_id, dtype=torch.long)
+        positions = torch.zeros((n, k_max), dtype=torch.long)
+        mask = torch.zeros((n, p_max + k_max), dtype=torch.long)
+        for i, (feed, p) in enumerate(zip(feeds, past)):
+            k = len(feed)
+            ids[i, :k] = torch.tensor(feed)
+            positions[i, :k] = torch.arange(p, p + k)
+            mask[i, p_max - p : p_max + k] = 1
+        kwargs = {"logits_to_keep": 1} if self._keeps_last_logits and k_max == 1 else {}
+        if p_max > 0:
+            kwargs[self._cache_arg] = self._pad_caches(caches, p_max)
+        out = self.model(
+            input_ids=ids.to(dev),
+            attention_mask=mask.to(dev),
+            position_ids=positions.to(dev),
+            use_cache=True,
+            **kwargs,
+        )
+        cache = out[self._cache_arg] if self._cache_arg in out else out.past_key_values
+        # [B, H, T, D] -> [B, T, H, D] views, so that one row's span is a cheap slice.
+        layers = [(layer.keys.transpose(1, 2), layer.values.transpose(1, 2)) for layer in cache.layers]
+        new_caches = []
+        for i, (feed, p) in enumerate(zip(feeds, past)):
+            span = slice(p_max - p, p_max + len(feed))
+            new_caches.append([(keys[i, span], values[i, span]) for keys, values in layers])
+        last = torch.tensor([len(f) - 1 for f in feeds], device=dev)
+        return out.logits[torch.arange(n, device=dev), last], new_caches
+
+    def _pad_caches(self, caches: list[LayerKV | None], p_max: int) -> DynamicCache:
+        """Left-pad every sequence's cache to `p_max` (the longest) and stack them per layer."""
+        template = next(c for c in caches if c is not None)
+        empty = template[0][0][:0]  # [0, H, D]
+        cache = DynamicCache()
+        for layer_idx in range(len(template)):
+            for_keys = [c[layer_idx][0] if c is not None else empty for c in caches]
+            for_values = [c[layer_idx][1] if c is not None else empty for c in caches]
+            keys = pad_sequence(for_keys, batch_first=True, padding_side="left")  # [B, P, H, D]
+            values = pad_sequence(for_values, batch_first=True, padding_side="left")
+            cache.update(keys.transpose(1, 2), values.transpose(1, 2), layer_idx)
+        return cache

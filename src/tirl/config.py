@@ -1,0 +1,303 @@
+"""Typed configs: nested dataclasses loaded from YAML, with dotted overrides from the command line.
+
+A config schema is a tree of dataclasses with annotated fields. `load_config` builds one in
+three layers -- the dataclass defaults, then a YAML file, then overrides like `rl.lr=1e-4` --
+and checks every value against its annotation on the way in, so a typo or a wrong type fails at
+startup with one line naming the file or override, the dotted key, the value and what was
+expected. A dataclass may define `validate(self)` for cross-field rules (ranges, orderings); it
+runs after construction, for nested configs too, and raises `ConfigError`.
+
+Annotations understood: bool, int, float, str, `X | None` and other unions (tried in order),
+`Literal[...]`, Enum subclasses (by value), `list[T]`, `tuple[T, ...]`, fixed `tuple[A, B]`,
+`dict[str, T]`, nested dataclasses and `Any` (unchecked). An int field also takes an integral
+float (`1e3`). Anything else is a programming error (TypeError), not a user error.
+
+Not covered: includes or inheritance between YAML files, environment-variable interpolation,
+Path fields. Schemas must live at module level so `typing.get_type_hints` can resolve them.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import enum
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, NoReturn, TypeVar, Union
+
+import yaml
+
+T = TypeVar("T")
+
+# PyYAML follows YAML 1.1, where `1e-4` (no dot in the mantissa) is a string, not a float.
+# Strings of this shape are accepted as numbers, because that is what anyone writing them means.
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+class ConfigError(ValueError):
+    """A user error in a config: the message names the file or override (if any), the dotted
+    key, the bad value and what was expected, on one line."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key  # the dotted key it is about; lets load_config say which input set it
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
+    """Build `cls` from its defaults, then the YAML file at `path`, then `key.sub=value` overrides."""
+    data = _read_yaml(Path(path)) if path is not None else {}
+    data = apply_overrides(data, overrides)
+    try:
+        return from_dict(cls, data)
+    except ConfigError as e:
+        source = _source(e.key, path, overrides)
+        raise ConfigError(f"{source}: {e}" if source else str(e), e.key) from None
+
+
+def from_dict(cls: type[T], data: Mapping, where: str = "") -> T:
+    """Build dataclass `cls` from plain data, strictly: unknown keys, wrong types and missing
+    required fields are ConfigErrors. `where` is the dotted prefix of `data` in a larger config."""
+    return _build(cls, data, where, base=None)
+
+
+def to_dict(obj: Any) -> dict:
+    """A dataclass as plain data for `yaml.safe_dump`: enums become values, tuples lists."""
+    if not (dataclasses.is_dataclass(obj) and not isinstance(obj, type)):
+        raise TypeError(f"to_dict expects a dataclass instance, got {type(obj).__name__}")
+    return _plain(obj)
+
+
+def dump_yaml(obj: Any, path: str | Path) -> None:
+    """Write the resolved config `obj` to `path`, in field order, loadable by `load_config`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(to_dict(obj), sort_keys=False))
+
+
+def apply_overrides(data: Mapping, overrides: Sequence[str]) -> dict:
+    """Return a copy of `data` with each `a.b.c=value` set (value parsed by yaml.safe_load).
+
+    Malformed overrides are ConfigErrors here; keys missing from the schema are caught when the
+    result goes through `from_dict`, and `load_config` then names the override.
+    """
+    data = copy.deepcopy(dict(data))
+    for text in overrides:
+        key, raw = _split_override(text)
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise ConfigError(f"override {text!r}: cannot parse {raw!r} as a YAML value") from None
+        *parents, last = key.split(".")
+        node = data
+        for i, part in enumerate(parents):
+            if node.get(part) is None:  # absent, or an optional section set to null
+                node[part] = {}
+            node = node[part]
+            if not isinstance(node, dict):
+                section = ".".join(parents[: i + 1])
+                raise ConfigError(f"override {text!r}: {section} is {_show(node)}, not a section")
+        node[last] = value
+    return data
+
+
+def _split_override(text: str) -> tuple[str, str]:
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or "" in key.split("."):
+        raise ConfigError(
+            f"override {text!r}: expected key=value with a dotted key, e.g. rl.lr=1e-4"
+        )
+    return key, raw
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+    if data is None:  # an empty file sets nothing
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys, got {_show(data)}")
+    return data
+
+
+def _source(key: str | None, path: str | Path | None, overrides: Sequence[str]) -> str | None:
+    """Which input an error at `key` came from: the last override that set that key, a section
+    containing it, or (for a section's validate()) something inside it; else the file."""
+    if key is not None:
+        for text in reversed(overrides):
+            okey = _split_override(text)[0]
+            inside = key.startswith((okey + ".", okey + "["))
+            if key == okey or inside or (key and okey.startswith(key + ".")):
+                return f"override {text!r}"
+    return str(path) if path is not None else None
+
+
+def _build(cls: type[T], data: Any, where: str, base: Any) -> T:
+    """Construct `cls` from mapping `data`; fields not in `data` come from `base` if given (the
+    parent's default instance, so a `default_factory` with custom values survives a partial
+    YAML section), else from the dataclass's own defaults."""
+    if not isinstance(data, Mapping):
+        _fail(where or "config", data, cls)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for name in data:
+        if name not in fields:
+            key = _join(where, name)
+            raise ConfigError(f"unknown key {key!r}{_suggest(str(name), fields, where)}", key)
+    kwargs = {}
+    for name, f in fields.items():
+        key = _join(where, name)
+        if name in data:
+            inner = getattr(base, name) if base is not None else _default(f)
+            kwargs[name] = _convert(hints[name], data[name], key, inner)
+        elif base is not None:
+            kwargs[name] = getattr(base, name)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"missing required key {key!r}", key)
+    obj = cls(**kwargs)
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        try:
+            validate()
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}" if where else str(e), where) from None
+    return obj
+
+
+def _convert(tp: Any, value: Any, key: str, base: Any = None) -> Any:
+    """Check `value` against annotation `tp` and return it in that type."""
+    origin, args = typing.get_origin(tp) or tp, typing.get_args(tp)
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        return _build(tp, value, key, base if isinstance(base, tp) else None)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return _convert(option, value, key, base)
+            except ConfigError as e:
+                errors.append(e)
+        if len(errors) == 1 and errors[0].key != key:  # the problem is deeper inside
+            raise errors[0]
+        _fail(key, value, tp)
+    if origin is Literal:
+        for allowed in args:
+            if value == allowed and type(value) is type(allowed):
+                return allowed
+        _fail(key, value, tp)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except (ValueError, TypeError):
+            _fail(key, value, tp)
+    if tp is bool:
+        return value if isinstance(value, bool) else _fail(key, value, tp)
+    if tp in (int, float):
+        number = value
+        if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+            number = float(value)
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            _fail(key, value, tp)
+        if tp is float:
+            return float(number)
+        if isinstance(number, int) or number.is_integer():
+            return int(number)
+        _fail(key, value, tp)
+    if tp is str or tp is type(None):
+        return value if isinstance(value, tp) else _fail(key, value, tp)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            _fail(key, value, tp)
+        if origin is list or (args and args[-1] is Ellipsis) or not args:
+            item = args[0] if args else Any
+            items = [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+            return items if origin is list else tuple(items)
+        if len(value) != len(args):
+            _fail(key, value, tp)
+        return tuple(
+            _convert(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
+        )
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            _fail(key, value, tp)
+        key_tp, value_tp = args or (Any, Any)
+        return {
+            _convert(key_tp, k, key): _convert(value_tp, v, _join(key, str(k)))
+            for k, v in value.items()
+        }
+    raise TypeError(f"config field {key!r}: unsupported annotation {tp!r}")
+
+
+def _describe(tp: Any) -> str:
+    """What a value of annotation `tp` must be, as the end of 'x must be ...'."""
+    origin, args = typing.get_origin(tp) or tp, typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args)
+    if origin is Literal:
+        return "one of " + ", ".join(_show(a) for a in args)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return "one of " + ", ".join(_show(m.value) for m in tp)
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        return f"a list of {len(args)} items"
+    if dataclasses.is_dataclass(tp) or origin is dict:
+        return "a mapping of keys"
+    names = {bool: "true or false", int: "an int", float: "a float", str: "a string"}
+    names.update({type(None): "null", list: "a list", tuple: "a list"})
+    return names.get(origin, repr(tp))
+
+
+def _fail(key: str, value: Any, tp: Any) -> NoReturn:
+    raise ConfigError(f"{key} must be {_describe(tp)}, got {_show(value)}", key)
+
+
+def _show(value: Any) -> str:
+    """A value as the user would write it in YAML, kept short."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _suggest(name: str, fields: Mapping[str, Any], where: str) -> str:
+    close = difflib.get_close_matches(name, list(fields), n=1)
+    if close:
+        return f" (did you mean {_join(where, close[0])!r}?)"
+    return f" (valid keys: {', '.join(fields)})"
+
+
+def _join(where: str, name: Any) -> str:
+    return f"{where}.{name}" if where else str(name)
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+    if isinstance(obj, enum.Enum):
+        return _plain(obj.value)
+    if isinstance(obj, Mapping):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj

@@ -1,0 +1,164 @@
+"""`tirl quickstart`: the whole loop on one CPU, for a code-integrated and a text-only model.
+
+For each variant: make demonstrations (the code variant runs every demonstration's code in
+the sandbox), SFT, evaluate, RL, evaluate. Then write a report comparing the two. The tiny
+model and its tokenizer are made here from scratch, so nothing is downloaded.
+
+Run folder:
+    config.yaml            the resolved configuration
+    metrics.jsonl          one line per training step (SFT and RL, both variants)
+    eval.json              evaluation metrics per variant and phase
+    <variant>/sft, /rl     checkpoints (save_pretrained: model + tokenizer)
+    samples/*.jsonl        evaluation trajectories
+    report.md, report.html, plots/
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from transformers.utils import logging as hf_logging
+
+from tirl.backends.hf import HFEngine
+from tirl.config import dump_yaml
+from tirl.envs.arithmetic import ArithmeticEnv
+from tirl.eval.evaluate import evaluate
+from tirl.eval.report import format_summary_table, summary_rows, write_report
+from tirl.models.tiny import TinyModelSpec, build_model, load_policy, save_policy, train_tokenizer
+from tirl.protocol.segments import Trajectory
+from tirl.rollout.runner import Rollout, RolloutSettings
+from tirl.sandbox import Sandbox, SandboxLimits
+from tirl.synth import arithmetic as demos_lib
+from tirl.train.config import RunConfig
+from tirl.train.metrics import MetricsLogger
+from tirl.train.rl import RLTrainer
+from tirl.train.sft import train_sft
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def make_tokenizer(cfg: RunConfig, env: ArithmeticEnv):
+    """Train the BPE tokenizer on texts of both demonstration formats."""
+    tasks = env.items("train", cfg.model.tokenizer_corpus_items, start=10**7)
+    texts = []
+    for task in tasks:
+        texts.append("".join(t for _, t in demos_lib.demonstration_texts(task, task.answer)))
+        texts.append("".join(t for _, t in demos_lib.text_only_texts(task)))
+    return train_tokenizer(texts, vocab_size=cfg.model.vocab_size)
+
+
+class Quickstart:
+    def __init__(self, cfg: RunConfig, run_dir: Path) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.env = ArithmeticEnv(tuple(cfg.task.kinds), cfg.task.digits, cfg.seed)
+        self.logger = MetricsLogger(
+            run_dir / "metrics.jsonl", cfg.log_tensorboard, cfg.log_wandb, run_name=cfg.name
+        )
+        self.results: dict[str, dict] = {}
+        self.samples: list[Trajectory] = []
+
+    async def run(self) -> dict:
+        cfg = self.cfg
+        limits = SandboxLimits(timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
+        if cfg.model.name_or_path:
+            _, tokenizer = load_policy(cfg.model.name_or_path)
+        else:
+            tokenizer = make_tokenizer(cfg, self.env)
+        async with Sandbox(limits, preload=tuple(cfg.sandbox.preload)) as sandbox:
+            for variant in cfg.variants:
+                await self.run_variant(variant, tokenizer, sandbox)
+        self.logger.close()
+        (self.run_dir / "eval.json").write_text(json.dumps(self.results, indent=2))
+        return self.results
+
+    async def run_variant(self, variant: str, tokenizer, sandbox: Sandbox) -> None:
+        cfg = self.cfg
+        use_tools = variant == "code"
+        _seed_everything(cfg.seed)
+        if cfg.model.name_or_path:
+            model, _ = load_policy(cfg.model.name_or_path)
+        else:
+            spec = TinyModelSpec(cfg.model.arch, cfg.model.hidden_size, cfg.model.layers, cfg.model.heads, cfg.model.max_positions)
+            model = build_model(tokenizer, spec, cfg.seed)
+        model.to(cfg.device).eval()
+        engine = HFEngine(model, tokenizer.eos_token_id, max_batch=cfg.rollout_batch, seed=cfg.seed)
+        rollout = Rollout(engine, tokenizer, sandbox if use_tools else None)
+        self.results[variant] = {}
+
+        train_tasks = self.env.items("train", cfg.sft.examples)
+        if use_tools:
+            outputs = await demos_lib.run_codes(sandbox, train_tasks, cfg.sandbox.max_output_chars)
+            demos = demos_lib.code_demonstrations(train_tasks, outputs, tokenizer)
+        else:
+            demos = demos_lib.text_demonstrations(train_tasks, tokenizer)
+        train_sft(model, demos, cfg.sft, pad_id=tokenizer.pad_token_id, seed=cfg.seed, logger=self.logger, variant=variant)
+        save_policy(model, tokenizer, self.run_dir / variant / "sft")
+        await self.evaluate(variant, "sft", rollout, use_tools)
+
+        if cfg.rl.steps > 0:
+            rl_tasks = self.env.stream("train", start=cfg.sft.examples)  # prompts SFT never saw
+            trainer = RLTrainer(
+                model, rollout, rl_tasks, cfg.rl, pad_id=tokenizer.pad_token_id,
+                use_tools=use_tools, logger=self.logger, variant=variant,
+            )
+            await trainer.train()
+            save_policy(model, tokenizer, self.run_dir / variant / "rl")
+            await self.evaluate(variant, "rl", rollout, use_tools)
+        engine.close()
+
+    async def evaluate(self, variant: str, phase: str, rollout: Rollout, use_tools: bool) -> None:
+        cfg = self.cfg
+        settings = RolloutSettings(
+            max_model_tokens=cfg.eval.max_model_tokens,
+            tool_budget=cfg.eval.tool_budget,
+            temperature=cfg.eval.temperature,
+            use_tools=use_tools,
+            max_output_chars=cfg.sandbox.max_output_chars,
+        )
+        tasks = self.env.items("test", cfg.task.test_items)
+        metrics, trajs = await evaluate(rollout, tasks, settings, cfg.eval.samples_per_item, progress=f"{variant} eval ({phase})")
+        self.results[variant][phase] = metrics
+        samples_dir = self.run_dir / "samples"
+        samples_dir.mkdir(exist_ok=True)
+        with (samples_dir / f"{variant}_{phase}.jsonl").open("w") as f:
+            for traj in trajs:
+                traj.meta.update(variant=variant, phase=phase)
+                f.write(json.dumps(traj.to_dict()) + "\n")
+        self.samples.extend(trajs[: cfg.eval.saved_samples])
+
+
+def run_quickstart(cfg: RunConfig, overwrite: bool = True) -> tuple[Path, dict]:
+    """Run everything and write the report; returns the run folder and the eval results."""
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    run_dir = Path(cfg.out_dir) / cfg.name
+    if run_dir.exists() and overwrite:
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    dump_yaml(cfg, run_dir / "config.yaml")
+    start = time.perf_counter()
+    quickstart = Quickstart(cfg, run_dir)
+    results = asyncio.run(quickstart.run())
+    results["wall_s"] = time.perf_counter() - start
+    (run_dir / "eval.json").write_text(json.dumps(results, indent=2))
+    write_report(
+        run_dir,
+        eval_results={k: v for k, v in results.items() if isinstance(v, dict)},
+        metrics_path=run_dir / "metrics.jsonl",
+        samples=quickstart.samples,
+        config=None,
+    )
+    print(format_summary_table(summary_rows({k: v for k, v in results.items() if isinstance(v, dict)})))
+    return run_dir, results

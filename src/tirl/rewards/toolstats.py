@@ -1,0 +1,74 @@
+"""Per-trajectory code-execution statistics and their batch aggregates (CIR Table 4 style).
+
+A tool call with status "skipped" was refused because the interaction budget was spent; it is
+not counted as a call. Every other status that is not "ok" (error, timeout, ...) counts as an
+error. Token counts separate model tokens (trained on) from tool tokens (masked out).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tirl.protocol.segments import Trajectory
+
+OK = "ok"
+SKIPPED = "skipped"
+
+
+def tool_stats(traj: Trajectory) -> dict:
+    """Statistics of one trajectory.
+
+    Keys: `num_calls` (executed calls: status != "skipped"), `num_ok`, `num_error` (executed,
+    status != "ok"), `num_skipped`, `all_ok` (at least one call and no error), `any_error`,
+    `last_ok` (whether the last executed call returned "ok"; None with no calls),
+    `model_tokens`, `tool_tokens`.
+    """
+    executed = [c for c in traj.tool_calls if c.status != SKIPPED]
+    num_ok = sum(c.status == OK for c in executed)
+    num_error = len(executed) - num_ok
+    return {
+        "num_calls": len(executed),
+        "num_ok": num_ok,
+        "num_error": num_error,
+        "num_skipped": len(traj.tool_calls) - len(executed),
+        "all_ok": bool(executed) and num_error == 0,
+        "any_error": num_error > 0,
+        "last_ok": executed[-1].status == OK if executed else None,
+        "model_tokens": traj.num_model_tokens,
+        "tool_tokens": traj.num_tool_tokens,
+    }
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den else math.nan
+
+
+def aggregate_tool_stats(stats: list[dict]) -> dict:
+    """Batch metrics from a list of `tool_stats` results.
+
+    - `tools/calls_mean`, `tools/errors_mean`: mean calls / errors per trajectory.
+    - `tools/ok_share`, `tools/error_share`: ok (error) calls / all executed calls in the batch,
+      so trajectories with many calls weigh more.
+    - `tools/last_ok_rate`: share of trajectories whose last executed call was ok, over
+      trajectories with at least one call.
+    - `tools/with_call_rate`: share of trajectories with at least one call.
+    - `length/model_tokens_mean`, `length/tool_tokens_mean`.
+
+    Shares whose denominator is 0 (no calls in the batch) are nan, not 0: "no calls" must not
+    read as "every call failed". An empty list gives an empty dict.
+    """
+    n = len(stats)
+    if n == 0:
+        return {}
+    calls = sum(s["num_calls"] for s in stats)
+    with_call = [s for s in stats if s["num_calls"] > 0]
+    return {
+        "tools/calls_mean": calls / n,
+        "tools/errors_mean": sum(s["num_error"] for s in stats) / n,
+        "tools/ok_share": _ratio(sum(s["num_ok"] for s in stats), calls),
+        "tools/error_share": _ratio(sum(s["num_error"] for s in stats), calls),
+        "tools/last_ok_rate": _ratio(sum(bool(s["last_ok"]) for s in with_call), len(with_call)),
+        "tools/with_call_rate": len(with_call) / n,
+        "length/model_tokens_mean": sum(s["model_tokens"] for s in stats) / n,
+        "length/tool_tokens_mean": sum(s["tool_tokens"] for s in stats) / n,
+    }

@@ -1,0 +1,570 @@
+"""Stateful Python sessions for tool-integrated reasoning, on the local machine.
+
+How it works. `Sandbox.start()` launches one *zygote* process (`python -m tirl.sandbox._zygote`)
+that imports the preload modules once. Each `Sandbox.session()` asks the zygote to fork a child
+(a few ms; nothing is re-imported) that becomes one interpreter session with its own namespace,
+talking to this process over a Unix socket pair in length-prefixed JSON. Sessions are never
+forked from the calling process, which may hold OpenMP/CUDA threads. Everything on this side is
+asyncio; many sessions run concurrently.
+
+Per cell: stdout/stderr are captured by bounded writers (head + tail kept, a marker in between;
+output written to fds 1/2 by C code or subprocesses is captured too, appended after the Python
+output). The last expression's repr is echoed as in Jupyter. Exceptions become Status.ERROR with
+a traceback of user frames (`<cell N>`), SystemExit included. On timeout the session gets SIGINT
+(KeyboardInterrupt in the cell; the namespace survives); if it has not answered after
+`grace_s`, its process group is killed and the session is dead (later runs return KILLED
+at once). MemoryError, typically from the memory rlimit, gives Status.MEMORY.
+
+What is isolated:
+- processes: each session is its own process and process group and dies with the zygote
+  (PR_SET_PDEATHSIG). The zygote gets SIGTERM when this process dies (PR_SET_PDEATHSIG; EOF on
+  its control socket does the same) and then kills every session's process group and removes
+  the working directories. It is a child subreaper, so subprocesses a cell leaves behind become
+  its children and are killed when the sandbox closes.
+- network: each session unshares into a new network namespace (only a down loopback; needs root
+  or user namespaces). `Session.net_isolated` says whether that worked; if not, the session has
+  the host network.
+- environment: sessions see only PATH, HOME, LANG and TMPDIR (set by us); the zygote itself
+  starts from a short allowlist of the caller's variables, so /proc/self/environ leaks nothing
+  else.
+- filesystem: only the cwd is private (a temporary directory, removed when the session ends).
+- resources: rlimits on data memory (RLIMIT_DATA, which counts the memory inherited from the
+  zygote), core dumps (0), file size, open files and, optionally, CPU seconds.
+
+What is NOT isolated (a later issue adds user/mount namespaces, seccomp and cgroups):
+- the filesystem: a cell can read and write anything the calling user can (as root: everything).
+- users: sessions run as the calling user; as root they can raise their own rlimits.
+- processes: no pid namespace or pids limit; a fork bomb is not contained; a session can see and
+  signal other processes of the same user.
+- IPC, System V shared memory, abstract Unix sockets of the host's network namespace when the
+  netns unshare failed, and the CPU (no cgroup quota; use `cpu_s` for a per-session CPU cap).
+This is a guard against accidents by a model writing math code, not a security boundary.
+
+Determinism: the zygote runs with PYTHONHASHSEED=0; `random` (and numpy's global generator, if
+numpy is preloaded) are reseeded from OS entropy in every session, so sessions do not share a
+random stream. Output a cell writes to fd 1/2 directly comes after its Python-level output. A
+process a cell forks with os.fork() ends when that cell ends, and its output is discarded.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tirl.sandbox._wire import HEADER, MAX_FRAME, decode, encode
+from tirl.sandbox.result import ExecResult, Status
+
+DEFAULT_PRELOAD = ("math", "fractions", "itertools", "functools", "collections")
+# Variables of the caller the zygote may see (it needs them to find Python packages).
+ZYGOTE_ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH")
+START_TIMEOUT_S = 120.0  # zygote start, including preload imports
+SESSION_START_TIMEOUT_S = 30.0
+EXIT_WAIT_S = 2.0  # how long to wait for the zygote to report a session's exit status
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per-session limits.
+
+    timeout_s: wall clock per cell. On expiry the session gets SIGINT (KeyboardInterrupt inside
+        the cell, the namespace survives); after `grace_s` more it is killed and becomes dead.
+    memory_mb: RLIMIT_DATA of the session (heap and private mappings, including what it inherits
+        from the zygote's preloaded modules). Exceeding it raises MemoryError -> Status.MEMORY.
+    max_output_chars: per stream and cell; the first and last halves are kept.
+    cpu_s: optional RLIMIT_CPU over the session's lifetime; exceeding it kills the session and
+        the cell returns Status.TIMEOUT.
+    grace_s: time between the SIGINT and the kill.
+    file_size_mb: RLIMIT_FSIZE: the largest file a cell may write (also bounds fd 1/2 capture).
+    max_open_files: RLIMIT_NOFILE.
+    """
+
+    timeout_s: float = 5.0
+    memory_mb: int = 1024
+    max_output_chars: int = 8192
+    cpu_s: int | None = None
+    grace_s: float = 0.5
+    file_size_mb: int = 64
+    max_open_files: int = 256
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-code} ({name})"
+    return f"exit code {code}"
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> dict[str, Any]:
+    (n,) = HEADER.unpack(await reader.readexactly(HEADER.size))
+    if n > MAX_FRAME:
+        raise ValueError(f"frame of {n} bytes exceeds the limit")
+    return decode(await reader.readexactly(n))
+
+
+class Session:
+    """One stateful interpreter. Create with `await sandbox.session()`.
+
+    `run` calls on one session are serialized; run many sessions concurrently instead.
+    Cancelling a `run` mid-cell kills the session (its state would be inconsistent).
+    """
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        sid: str,
+        pid: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        net_isolated: bool,
+    ) -> None:
+        self.id = sid
+        self.pid = pid
+        self.net_isolated = net_isolated
+        self._sandbox = sandbox
+        self._generation = sandbox._generation  # which zygote forked it (pids are per zygote)
+        self._reader = reader
+        self._writer = writer
+        self._lock = asyncio.Lock()
+        self._dead_reason: str | None = None
+        self._closed = False
+
+    @property
+    def alive(self) -> bool:
+        return self._dead_reason is None
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def run(self, code: str, timeout_s: float | None = None) -> ExecResult:
+        """Execute one cell. Never raises for anything the cell does; see `Status`."""
+        if not isinstance(code, str):
+            raise TypeError(f"code must be str, not {type(code).__name__}")
+        timeout = self._sandbox.limits.timeout_s if timeout_s is None else timeout_s
+        if not self.alive:
+            return ExecResult(Status.KILLED, detail=self._dead_reason or "")
+        async with self._lock:
+            if not self.alive:
+                return ExecResult(Status.KILLED, detail=self._dead_reason or "")
+            return await self._run_locked(code, timeout)
+
+    async def _run_locked(self, code: str, timeout: float) -> ExecResult:
+        start = time.monotonic()
+        read = asyncio.ensure_future(self._send_and_read(code))
+        interrupted = False
+        try:
+            done, _ = await asyncio.wait({read}, timeout=timeout)
+            if not done:
+                interrupted = True
+                self._sandbox._signal(self, signal.SIGINT)
+                done, _ = await asyncio.wait({read}, timeout=self._sandbox.limits.grace_s)
+            if not done:
+                read.cancel()
+                self._kill(
+                    "it was killed after an earlier cell ignored the timeout interrupt;"
+                    " all variables are lost"
+                )
+                return ExecResult(
+                    Status.TIMEOUT,
+                    duration_s=time.monotonic() - start,
+                    timeout_s=timeout,
+                    detail="the cell ignored the interrupt and the session was killed",
+                )
+        except asyncio.CancelledError:
+            read.cancel()
+            self._kill("a run was cancelled while a cell was executing; all variables are lost")
+            raise
+
+        try:
+            msg = read.result()
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
+            return await self._died(start)
+        duration = time.monotonic() - start
+        status = {"ok": Status.OK, "error": Status.ERROR, "memory": Status.MEMORY}[msg["status"]]
+        if interrupted and msg.get("interrupted"):
+            status = Status.TIMEOUT
+        detail = ""
+        if status is Status.MEMORY:
+            limit = self._sandbox.limits.memory_mb
+            detail = msg.get("message") or f"the memory limit of {limit} MB was exceeded"
+        return ExecResult(
+            status=status,
+            stdout=msg.get("stdout", ""),
+            stderr=msg.get("stderr", ""),
+            traceback=msg.get("traceback"),
+            stdout_truncated=bool(msg.get("stdout_truncated")),
+            stderr_truncated=bool(msg.get("stderr_truncated")),
+            duration_s=duration,
+            peak_memory_mb=msg.get("peak_memory_mb"),
+            timeout_s=timeout if status is Status.TIMEOUT else None,
+            detail=detail,
+        )
+
+    async def _send_and_read(self, code: str) -> dict[str, Any]:
+        self._writer.write(encode({"op": "exec", "code": code}))
+        await self._writer.drain()
+        return await _read_frame(self._reader)
+
+    async def _died(self, start: float) -> ExecResult:
+        """The session's socket closed mid-cell: find out why and mark the session dead."""
+        if self._closed:
+            reason = self._dead_reason or "the session was closed"
+            return ExecResult(Status.KILLED, duration_s=time.monotonic() - start, detail=reason)
+        code = await self._sandbox._exit_code(self, EXIT_WAIT_S)
+        self._kill(f"it died in an earlier cell ({_describe_exit(code)}); all variables are lost")
+        duration = time.monotonic() - start
+        cpu_s = self._sandbox.limits.cpu_s
+        if code == -signal.SIGXCPU and cpu_s is not None:
+            detail = f"the CPU time limit of {cpu_s} s was exceeded"
+            return ExecResult(Status.TIMEOUT, duration_s=duration, detail=detail)
+        return ExecResult(Status.KILLED, duration_s=duration, detail=_describe_exit(code))
+
+    def _kill(self, reason: str) -> None:
+        if self._dead_reason is None:
+            self._dead_reason = reason
+        self._sandbox._signal(self, signal.SIGKILL)
+        self._writer.close()
+
+    async def close(self) -> None:
+        """Kill the session's processes and wait until the zygote has reaped them."""
+        if self._closed:
+            return
+        self._closed = True
+        self._kill("the session was closed")
+        await self._sandbox._exit_code(self, EXIT_WAIT_S)
+        self._sandbox._forget(self)
+
+
+class Sandbox:
+    """Factory of sessions, backed by one zygote process. Use as `async with Sandbox() as sb:`.
+
+    preload: modules the zygote imports once, so sessions start with them already in memory
+        (cells still `import` them, at no cost). Heavy ones such as sympy pay off most here.
+    pool_size: sessions forked ahead of time, so `session()` and `run_once()` need no fork.
+    """
+
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        preload: tuple[str, ...] = DEFAULT_PRELOAD,
+        pool_size: int = 0,
+    ) -> None:
+        self.limits = limits or SandboxLimits()
+        self.preload = tuple(preload)
+        self.pool_size = pool_size
+        self.zygote_pid: int | None = None
+        self.workdir: str | None = None  # parent of the sessions' private directories
+        self._proc: asyncio.subprocess.Process | None = None
+        self._ctrl: socket.socket | None = None
+        self._control_task: asyncio.Task | None = None
+        self._ready: asyncio.Future | None = None
+        self._spawns: dict[str, asyncio.Future] = {}
+        self._exits: dict[int, asyncio.Future] = {}  # pid -> exit code, for this zygote
+        self._generation = 0  # bumped at every zygote start
+        self._sessions: set[Session] = set()
+        self._pool: list[Session] = []
+        self._refill_task: asyncio.Task | None = None
+        self._start_lock = asyncio.Lock()
+        self._running = False
+        self._closed = False
+
+    async def __aenter__(self) -> Sandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        async with self._start_lock:
+            if self._running:
+                return
+            if self._closed:
+                raise RuntimeError("this Sandbox was closed; create a new one")
+            if self._proc is not None:  # the zygote died: its sessions are dead, start afresh
+                await self._stop_zygote()
+                self._abandon_sessions("the sandbox's zygote process died")
+            await self._start_zygote()
+        if self.pool_size:
+            self._schedule_refill()
+            if self._refill_task is not None:
+                await self._refill_task
+
+    async def _start_zygote(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._generation += 1
+        self._exits = {}
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        parent_end.setblocking(False)
+        self._ctrl = parent_end
+        self._ready = loop.create_future()
+        cfg = {
+            "ctrl_fd": child_end.fileno(),
+            "parent_pid": os.getpid(),
+            "preload": list(self.preload),
+            "limits": asdict(self.limits),
+        }
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "tirl.sandbox._zygote",
+                json.dumps(cfg),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                pass_fds=(child_end.fileno(),),
+                env=_zygote_env(),
+                cwd="/",  # so no stray module in the caller's cwd shadows a preload
+                start_new_session=True,  # a Ctrl-C in the terminal is the caller's to handle
+            )
+        finally:
+            child_end.close()
+        self._control_task = loop.create_task(self._read_control())
+        try:
+            msg = await asyncio.wait_for(asyncio.shield(self._ready), START_TIMEOUT_S)
+        except BaseException:
+            await self._stop_zygote()
+            raise
+        if msg.get("event") != "ready":
+            await self._stop_zygote()
+            raise RuntimeError(f"sandbox zygote failed to start: {msg.get('error')}")
+        self.zygote_pid = msg["pid"]
+        self.workdir = msg["workdir"]
+        self._running = True
+
+    async def close(self) -> None:
+        """Kill every session and the zygote; leaves no process or directory behind."""
+        self._closed = True
+        if self._refill_task is not None:
+            self._refill_task.cancel()
+        self._abandon_sessions("the sandbox was closed")
+        await self._stop_zygote()
+
+    def _abandon_sessions(self, reason: str) -> None:
+        """Mark every session dead; the zygote's shutdown (or death) takes their processes."""
+        for s in list(self._sessions):
+            s._closed = True
+            if s._dead_reason is None:
+                s._dead_reason = reason
+            s._writer.close()
+        self._sessions.clear()
+        self._pool.clear()
+
+    async def _stop_zygote(self) -> None:
+        self._running = False
+        if self._proc is not None:
+            self._send_nowait({"op": "shutdown"})  # kills and reaps every session, then exits
+            try:
+                await asyncio.wait_for(self._proc.wait(), 10.0)
+            except asyncio.TimeoutError:
+                self._proc.kill()
+                await self._proc.wait()
+        if self._ctrl is not None:
+            self._ctrl.close()
+            self._ctrl = None
+        if self._control_task is not None:
+            self._control_task.cancel()
+            try:
+                await self._control_task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)  # in case the zygote was killed
+        self._proc = self._control_task = None
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    async def session(self) -> Session:
+        """A new stateful session (from the pool when one is ready)."""
+        if not self._running:
+            await self.start()
+        while self._pool:
+            s = self._pool.pop()
+            self._schedule_refill()
+            if s.alive:
+                return s
+        return await self._spawn()
+
+    async def run_once(self, code: str, timeout_s: float | None = None) -> ExecResult:
+        """Run `code` in a fresh session that is closed afterwards."""
+        s = await self.session()
+        try:
+            return await s.run(code, timeout_s)
+        finally:
+            await s.close()
+
+    async def _spawn(self) -> Session:
+        if not self._running:
+            raise RuntimeError("the sandbox is not running")
+        loop = asyncio.get_running_loop()
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        sid = secrets.token_hex(6)
+        spawned = loop.create_future()
+        self._spawns[sid] = spawned
+        try:
+            await self._send({"op": "spawn", "id": sid}, fds=(child_end.fileno(),))
+        except BaseException:
+            self._spawns.pop(sid, None)
+            parent_end.close()
+            raise
+        finally:
+            child_end.close()
+        msg = await spawned
+        if msg["event"] != "spawned":
+            parent_end.close()
+            raise RuntimeError(f"could not create a session: {msg.get('error')}")
+        pid = msg["pid"]
+        reader, writer = await asyncio.open_unix_connection(sock=parent_end)
+        try:
+            ready = await asyncio.wait_for(_read_frame(reader), SESSION_START_TIMEOUT_S)
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError, OSError, ValueError) as e:
+            s = Session(self, sid, pid, reader, writer, False)
+            s._kill("the session failed to start")
+            code = await self._exit_code(s, EXIT_WAIT_S)
+            self._forget(s)
+            raise RuntimeError(f"session process failed to start ({_describe_exit(code)})") from e
+        s = Session(self, sid, pid, reader, writer, bool(ready.get("net_isolated")))
+        self._sessions.add(s)
+        return s
+
+    def _schedule_refill(self) -> None:
+        if self.pool_size and not self._closed:
+            if self._refill_task is None or self._refill_task.done():
+                self._refill_task = asyncio.get_running_loop().create_task(self._refill())
+
+    async def _refill(self) -> None:
+        try:
+            while self._running and len(self._pool) < self.pool_size:
+                self._pool.append(await self._spawn())
+        except (RuntimeError, OSError):
+            pass  # the zygote is gone; session() restarts it and refills
+
+    def _forget(self, s: Session) -> None:
+        self._sessions.discard(s)
+        if s._generation == self._generation:
+            self._exits.pop(s.pid, None)
+
+    # -- control channel --------------------------------------------------------------------
+
+    async def _read_control(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._ctrl is not None
+        try:
+            while True:
+                data = await loop.sock_recv(self._ctrl, 65536)
+                if not data:
+                    break
+                msg = json.loads(data)
+                event = msg.get("event")
+                if event in ("ready", "error"):
+                    if self._ready is not None and not self._ready.done():
+                        self._ready.set_result(msg)
+                elif event in ("spawned", "spawn_failed"):
+                    if event == "spawned":  # before anyone awaits it, so no exit is missed
+                        self._exits[msg["pid"]] = loop.create_future()
+                    fut = self._spawns.pop(msg["id"], None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg)
+                elif event == "exit":
+                    fut = self._exits.get(msg["pid"])
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg["code"])
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._running = False
+            gone = RuntimeError("the sandbox zygote exited")
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result({"event": "error", "error": "zygote exited during start"})
+            for fut in self._spawns.values():
+                if not fut.done():
+                    fut.set_exception(gone)
+            self._spawns.clear()
+            for fut in self._exits.values():
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _exit_code(self, s: Session, timeout: float) -> int | None:
+        fut = self._exits.get(s.pid) if s._generation == self._generation else None
+        if fut is None:
+            return None
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    def _signal(self, s: Session, sig: int) -> None:
+        if s._generation == self._generation:  # else its zygote is gone, and so is it
+            self._send_nowait({"op": "signal", "pid": s.pid, "sig": int(sig)})
+
+    def _send_nowait(self, msg: dict[str, Any]) -> None:
+        """Send a control record without awaiting (safe in cancellation paths)."""
+        if self._ctrl is None or self._ctrl.fileno() < 0:
+            return
+        try:
+            self._ctrl.send(json.dumps(msg).encode())
+        except BlockingIOError:  # the zygote is behind; queue it rather than drop a kill
+            asyncio.get_running_loop().create_task(self._send(msg))
+        except OSError:
+            pass  # the zygote is gone, and with it (PR_SET_PDEATHSIG) every session
+
+    async def _send(self, msg: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
+        assert self._ctrl is not None
+        data = json.dumps(msg).encode()
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                self._ctrl.sendmsg([data], anc)
+                return
+            except BlockingIOError:
+                writable = loop.create_future()
+                fd = self._ctrl.fileno()
+                loop.add_writer(fd, _resolve, writable)
+                try:
+                    await writable
+                finally:
+                    loop.remove_writer(fd)
+
+
+def _resolve(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _zygote_env() -> dict[str, str]:
+    env = {k: os.environ[k] for k in ZYGOTE_ENV_ALLOWLIST if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    # The zygote runs with cwd "/", so make the import path absolute and make sure it finds
+    # this very copy of tirl first.
+    package_root = str(Path(__file__).resolve().parents[2])
+    extra = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([package_root, *extra])
+    env.update(
+        PYTHONHASHSEED="0",  # same str hashes (set order) in every session and every run
+        PYTHONDONTWRITEBYTECODE="1",
+        OMP_NUM_THREADS="1",  # the zygote forks: its preload imports must not start threads
+        OPENBLAS_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+    )
+    return env

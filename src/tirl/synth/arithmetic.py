@@ -1,0 +1,90 @@
+"""Teacher-free demonstrations for the arithmetic tasks.
+
+A code-integrated demonstration is the code that computes the answer, the real output of the
+sandbox (through the one shared formatter, DESIGN.md invariant 4), and the boxed answer. A
+text-only demonstration states the boxed answer directly. Each segment is tokenized on its
+own, exactly as a rollout would produce it: the model's segments end where the rollout would
+stop them, and the tool output is tokenized separately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from tqdm.auto import tqdm
+
+from tirl.envs.arithmetic import Task
+from tirl.protocol.fences import render_code, render_tool_output
+from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
+from tirl.sandbox import Sandbox, Status, format_result
+
+PROMPT_TEMPLATE = "Problem: {question}\nSolution:\n"
+ANSWER_TEMPLATE = "The answer is \\boxed{{{answer}}}."
+
+
+def prompt_for(task: Task) -> str:
+    return PROMPT_TEMPLATE.format(question=task.question)
+
+
+def code_for(task: Task) -> str:
+    return f"print({task.expression})"
+
+
+def demonstration_texts(task: Task, output: str) -> list[tuple[SegmentKind, str]]:
+    """The (kind, text) segments of a code-integrated demonstration."""
+    return [
+        (SegmentKind.PROMPT, prompt_for(task)),
+        (SegmentKind.MODEL, render_code(code_for(task))),
+        (SegmentKind.TOOL, render_tool_output(output)),
+        (SegmentKind.MODEL, ANSWER_TEMPLATE.format(answer=output)),
+    ]
+
+
+def text_only_texts(task: Task) -> list[tuple[SegmentKind, str]]:
+    return [
+        (SegmentKind.PROMPT, prompt_for(task)),
+        (SegmentKind.MODEL, ANSWER_TEMPLATE.format(answer=task.answer)),
+    ]
+
+
+def to_trajectory(parts: Sequence[tuple[SegmentKind, str]], tokenizer, meta: dict) -> Trajectory:
+    """Tokenize each segment on its own and end the last model segment with end-of-sequence."""
+    segments = [
+        Segment(kind, tokenizer(text, add_special_tokens=False)["input_ids"], text)
+        for kind, text in parts
+    ]
+    segments[-1].ids.append(tokenizer.eos_token_id)
+    return Trajectory(segments=segments, meta=meta)
+
+
+async def run_codes(sandbox: Sandbox, tasks: Sequence[Task], max_chars: int, concurrency: int = 16) -> list[str]:
+    """The model-visible output of each task's code, run in the sandbox."""
+    gate = asyncio.Semaphore(concurrency)
+    bar = tqdm(total=len(tasks), desc="sandbox: run demonstration code", leave=False)
+
+    async def one(task: Task) -> str:
+        async with gate:
+            result = await sandbox.run_once(code_for(task))
+        bar.update()
+        if result.status is not Status.OK:
+            raise RuntimeError(f"demonstration code for {task.question!r} failed: {format_result(result)}")
+        return format_result(result, max_chars=max_chars)
+
+    try:
+        return list(await asyncio.gather(*(one(t) for t in tasks)))
+    finally:
+        bar.close()
+
+
+def code_demonstrations(tasks: Sequence[Task], outputs: Sequence[str], tokenizer) -> list[Trajectory]:
+    demos = []
+    for task, output in zip(tasks, outputs):
+        traj = to_trajectory(demonstration_texts(task, output), tokenizer, {"question": task.question})
+        traj.tool_calls.append(ToolCall(code_for(task), "ok", output))
+        demos.append(traj)
+    return demos
+
+
+def text_demonstrations(tasks: Sequence[Task], tokenizer) -> list[Trajectory]:
+    return [to_trajectory(text_only_texts(t), tokenizer, {"question": t.question}) for t in tasks]

@@ -1,0 +1,74 @@
+"""Trajectories to tensors, and the policy's log-probabilities on them.
+
+The ids trained on are the ids in the trajectory's segments, concatenated; nothing is decoded
+and re-encoded (DESIGN.md invariant 1). Targets are shifted by one: position t of every
+[B, T-1] tensor here scores token t+1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from tirl.protocol.segments import SegmentKind, Trajectory
+
+
+@dataclass
+class TokenBatch:
+    input_ids: torch.Tensor  # [B, T] right-padded
+    attention_mask: torch.Tensor  # [B, T] 1 on real tokens
+    loss_mask: torch.Tensor  # [B, T-1] float, 1 where the target token is trained on
+    sampler_logprobs: torch.Tensor  # [B, T-1] logprobs the sampler reported (0 where unknown)
+
+    def to(self, device: str | torch.device) -> TokenBatch:
+        return TokenBatch(*(t.to(device) for t in vars(self).values()))
+
+    def select(self, rows: torch.Tensor | slice) -> TokenBatch:
+        return TokenBatch(*(t[rows] for t in vars(self).values()))
+
+
+def collate(trajectories: Sequence[Trajectory], pad_id: int, mask_tool_output: bool = True) -> TokenBatch:
+    """Right-pad trajectories into one batch.
+
+    Model tokens always have loss mask 1 and prompt tokens 0. Tool tokens have 0 when
+    `mask_tool_output` (CIR §2.3.2) and 1 otherwise — the unmasked setting exists only for
+    ablations.
+    """
+    trained_kinds = {SegmentKind.MODEL} | (set() if mask_tool_output else {SegmentKind.TOOL})
+    width = max(len(t.ids) for t in trajectories)
+    n = len(trajectories)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.float)
+    sampler_lp = torch.zeros((n, width), dtype=torch.float)
+    for row, traj in enumerate(trajectories):
+        col = 0
+        for seg in traj.segments:
+            k = len(seg.ids)
+            input_ids[row, col : col + k] = torch.tensor(seg.ids, dtype=torch.long)
+            attention[row, col : col + k] = 1
+            if seg.kind in trained_kinds:
+                mask[row, col : col + k] = 1.0
+            if seg.logprobs is not None:
+                sampler_lp[row, col : col + k] = torch.tensor(seg.logprobs)
+            col += k
+    return TokenBatch(input_ids, attention, mask[:, 1:], sampler_lp[:, 1:])
+
+
+def token_logprobs(
+    model: torch.nn.Module, batch: TokenBatch, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probability of every target token under `model`: [B, T-1]; optionally the
+    entropy of the predictive distribution at each position: [B, T-1]."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logits = logits[:, :-1].float()  # [B, T-1, V]
+    targets = batch.input_ids[:, 1:]  # [B, T-1]
+    logprobs = -F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # [B, T-1]
+    entropy = None
+    if with_entropy:
+        log_p = torch.log_softmax(logits, dim=-1)
+        entropy = -(log_p.exp() * log_p).sum(-1)
+    return logprobs, entropy

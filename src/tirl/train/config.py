@@ -1,0 +1,156 @@
+"""The run configuration: every switch of the quickstart, SFT and RL, with its meaning.
+
+Loaded from YAML with dotted overrides by `tirl.config.load_config`; field docs here are the
+reference documentation. Defaults are the quickstart's (`configs/quickstart.yaml`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tirl.config import ConfigError
+
+
+@dataclass
+class TaskConfig:
+    """The arithmetic task family (`tirl.envs.arithmetic`)."""
+
+    kinds: list[Literal["product", "mod", "chain"]] = field(
+        default_factory=lambda: ["product", "mod", "chain"]
+    )
+    digits: int = 3  # digits of each operand
+    test_items: int = 200  # held-out items evaluated
+
+    def validate(self) -> None:
+        if not self.kinds:
+            raise ConfigError("task.kinds must name at least one kind")
+        if not 1 <= self.digits <= 9:
+            raise ConfigError(f"task.digits must be in 1..9, got {self.digits}")
+        if self.test_items < 1:
+            raise ConfigError(f"task.test_items must be >= 1, got {self.test_items}")
+
+
+@dataclass
+class ModelConfig:
+    """The policy. With `name_or_path` unset, a tiny model and tokenizer are made from scratch;
+    otherwise both are loaded with `from_pretrained` (a local folder or a hub name)."""
+
+    name_or_path: str | None = None
+    arch: Literal["qwen2", "gpt2"] = "qwen2"
+    hidden_size: int = 128
+    layers: int = 4
+    heads: int = 4
+    max_positions: int = 192
+    vocab_size: int = 384  # BPE vocabulary trained on the task corpus
+    tokenizer_corpus_items: int = 2000  # train items whose texts train the tokenizer
+
+    def validate(self) -> None:
+        if self.hidden_size % self.heads:
+            raise ConfigError(
+                f"model.hidden_size ({self.hidden_size}) must be divisible by model.heads ({self.heads})"
+            )
+
+
+@dataclass
+class SandboxConfig:
+    timeout_s: float = 5.0  # wall clock per code block
+    memory_mb: int = 1024  # address-space limit per session
+    max_output_chars: int = 512  # of interpreter output shown to the model (head + tail)
+    preload: list[str] = field(default_factory=lambda: ["math", "fractions", "itertools"])
+
+
+@dataclass
+class SFTConfig:
+    """Supervised fine-tuning on synthesized trajectories. Tool tokens carry loss mask 0."""
+
+    steps: int = 120
+    batch_size: int = 64
+    lr: float = 2e-3
+    warmup_steps: int = 10
+    weight_decay: float = 0.0
+    examples: int = 4000  # synthesized trajectories (the interpreter runs each one's code)
+    mask_tool_output: bool = True  # CIR §2.3.2: never fit interpreter tokens
+
+    def validate(self) -> None:
+        if self.steps < 0 or self.batch_size < 1 or self.examples < 1:
+            raise ConfigError("sft.steps must be >= 0, sft.batch_size and sft.examples >= 1")
+
+
+@dataclass
+class RLConfig:
+    """On-policy RL: GRPO advantages with a ±1 reward and the PPO clipped loss.
+
+    CIR's stability switches are all here: `mask_tool_output` (mask interpreter tokens),
+    `entropy_coef` 0 (no entropy bonus), `kl_coef` 0 (no KL), `clip_low`/`clip_high`
+    0.2 / 0.28 (clip-higher, DAPO), and `budget_schedule` (interaction budget 2 -> 3 -> 4).
+    """
+
+    steps: int = 40
+    prompts_per_step: int = 16
+    group_size: int = 8  # samples per prompt; GRPO normalizes within the group
+    lr: float = 5e-4
+    temperature: float = 1.0
+    max_model_tokens: int = 64  # model tokens per trajectory (tool tokens not counted)
+    advantage: Literal["grpo", "drgrpo"] = "grpo"
+    reward: Literal["binary", "zero_one"] = "binary"  # binary = CIR's +1 / -1
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    mask_tool_output: bool = True
+    updates_per_step: int = 2  # optimizer steps per rollout batch (minibatches)
+    max_grad_norm: float = 1.0
+    # [fraction of training done, budget] pairs: the budget of the last pair reached applies.
+    budget_schedule: list[list[float]] = field(default_factory=lambda: [[0.0, 2], [0.34, 3], [0.67, 4]])
+
+    def validate(self) -> None:
+        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
+            raise ConfigError(f"rl.clip_low must be in [0, 1) and rl.clip_high >= 0, got {self.clip_low}, {self.clip_high}")
+        if self.group_size < 2:
+            raise ConfigError(f"rl.group_size must be >= 2 for group-relative advantages, got {self.group_size}")
+        if self.temperature <= 0:
+            raise ConfigError(f"rl.temperature must be > 0 for on-policy sampling, got {self.temperature}")
+        if not self.budget_schedule:
+            raise ConfigError("rl.budget_schedule needs at least one [fraction, budget] pair")
+        for pair in self.budget_schedule:
+            if len(pair) != 2 or not 0 <= pair[0] <= 1 or pair[1] < 0 or pair[1] != int(pair[1]):
+                raise ConfigError(f"rl.budget_schedule entries must be [fraction in 0..1, budget >= 0 integer], got {pair}")
+        fractions = [p[0] for p in self.budget_schedule]
+        if fractions != sorted(fractions) or fractions[0] != 0:
+            raise ConfigError(f"rl.budget_schedule must start at fraction 0 and increase, got {fractions}")
+
+
+@dataclass
+class EvalConfig:
+    samples_per_item: int = 1  # k of avg@k
+    temperature: float = 0.0  # 0 = greedy
+    max_model_tokens: int = 64
+    tool_budget: int = 4
+    saved_samples: int = 8  # trajectories kept per evaluation for the report
+
+
+@dataclass
+class RunConfig:
+    """A quickstart run: code-integrated and text-only variants, SFT -> RL -> evaluation."""
+
+    name: str = "quickstart"
+    out_dir: str = "runs"
+    seed: int = 0
+    variants: list[Literal["code", "text"]] = field(default_factory=lambda: ["code", "text"])
+    device: str = "cpu"
+    threads: int = 0  # torch intra-op threads; 0 leaves torch's default
+    rollout_batch: int = 128  # sequences decoded together
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    log_tensorboard: bool = False
+    log_wandb: bool = False
+
+    def validate(self) -> None:
+        if not self.variants:
+            raise ConfigError("variants must name at least one of 'code', 'text'")

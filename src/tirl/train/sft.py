@@ -1,0 +1,84 @@
+"""Supervised fine-tuning on trajectories, interpreter tokens masked from the loss.
+
+The loss is the mean negative log-likelihood over trained tokens of the batch (model tokens;
+tool tokens too only when `mask_tool_output` is off, for ablations).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from tirl.algos.losses import agg_loss
+from tirl.protocol.segments import Trajectory
+from tirl.train.batch import collate, token_logprobs
+from tirl.train.config import SFTConfig
+from tirl.train.metrics import MetricsLogger
+
+
+def warmup_cosine(step: int, total: int, warmup: int) -> float:
+    """Learning-rate multiplier: linear warm-up, then cosine decay to 10%."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def sft_loss(model: torch.nn.Module, batch) -> torch.Tensor:
+    """Mean negative log-likelihood over the batch's trained tokens."""
+    logprobs, _ = token_logprobs(model, batch)  # [B, T-1]
+    return agg_loss(-logprobs, batch.loss_mask, "token-mean")
+
+
+def train_sft(
+    model: torch.nn.Module,
+    demos: Sequence[Trajectory],
+    cfg: SFTConfig,
+    *,
+    pad_id: int,
+    seed: int,
+    logger: MetricsLogger | None = None,
+    variant: str = "",
+) -> float:
+    """Train `model` in place for `cfg.steps` steps; returns the last loss."""
+    if not demos:
+        raise ValueError("SFT needs at least one demonstration")
+    device = next(model.parameters()).device
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: warmup_cosine(s, cfg.steps, cfg.warmup_steps)
+    )
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    loss_value = float("nan")
+    bar = tqdm(range(cfg.steps), desc=f"{variant} SFT", leave=False)
+    for step in bar:
+        start = time.perf_counter()
+        rows = torch.randint(len(demos), (cfg.batch_size,), generator=generator).tolist()
+        batch = collate([demos[r] for r in rows], pad_id, cfg.mask_tool_output).to(device)
+        loss = sft_loss(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        loss_value = loss.item()
+        bar.set_postfix(loss=f"{loss_value:.3f}")
+        if logger is not None:
+            logger.log(
+                {
+                    "variant": variant,
+                    "phase": "sft",
+                    "step": step,
+                    "train/loss": loss_value,
+                    "actor/grad_norm": float(grad_norm),
+                    "train/lr": schedule.get_last_lr()[0],
+                    "time/step_s": time.perf_counter() - start,
+                }
+            )
+    model.eval()
+    return loss_value

@@ -1,0 +1,69 @@
+"""The `tirl` command as a user runs it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tirl.cli import main
+
+
+def test_a_config_typo_is_reported_with_the_key_and_no_traceback():
+    proc = subprocess.run(
+        [sys.executable, "-m", "tirl.cli", "config", "rl.lrr=1e-4"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert "rl.lrr" in proc.stderr and "did you mean 'rl.lr'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("rl.clip_low=1.5", ["rl.clip_low", "1.5"]),
+        ("task.kinds=[prod]", ["task.kinds", "prod"]),
+        ("rl.budget_schedule=[[0.5,2]]", ["budget_schedule", "0"]),
+        ("rl.group_size=1", ["group_size", "1"]),
+        ("model.hidden_size=130", ["hidden_size", "heads"]),
+    ],
+)
+def test_bad_values_name_the_key_and_value(override, words, capsys):
+    assert main(["config", override]) == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+
+
+def test_a_missing_config_file_is_a_clear_error(capsys, tmp_path):
+    assert main(["config", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml" in capsys.readouterr().err
+
+
+def test_help_lists_the_subcommands(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for sub in ("quickstart", "train", "eval", "config"):
+        assert sub in out
+
+
+@pytest.mark.slow
+def test_quickstart_runs_end_to_end_on_a_small_budget(tmp_path, capsys):
+    overrides = [
+        f"out_dir={tmp_path}", "name=smoke", "sft.steps=4", "sft.examples=32", "sft.batch_size=8",
+        "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2", "rl.max_model_tokens=24",
+        "task.test_items=4", "eval.max_model_tokens=24", "model.tokenizer_corpus_items=100",
+        "model.hidden_size=32", "model.layers=1", "model.heads=2",
+    ]
+    assert main(["quickstart", *overrides]) == 0
+    run = tmp_path / "smoke"
+    for name in ("config.yaml", "metrics.jsonl", "eval.json", "report.md", "report.html"):
+        assert (run / name).is_file(), name
+    results = json.loads((run / "eval.json").read_text())
+    assert set(results["code"]) == {"sft", "rl"} and set(results["text"]) == {"sft", "rl"}
+    assert (run / "code" / "rl" / "config.json").is_file()
+    phases = {(r["variant"], r["phase"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+    assert phases == {("code", "sft"), ("code", "rl"), ("text", "sft"), ("text", "rl")}
+    assert "accuracy" in capsys.readouterr().out
+    # the saved checkpoint loads back through the same path a hub model would
+    assert main(["eval", str(run / "code" / "rl"), "task.test_items=2", "eval.max_model_tokens=16"]) == 0

@@ -1,0 +1,227 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Literal
+
+import pytest
+import yaml
+
+from tirl.config import (
+    ConfigError,
+    apply_overrides,
+    dump_yaml,
+    from_dict,
+    load_config,
+    to_dict,
+)
+
+
+class Mode(Enum):
+    FAST = "fast"
+    SLOW = "slow"
+
+
+@dataclass
+class RLConfig:
+    lr: float = 1e-5
+    steps: int = 100
+    clip: float | None = None
+    budget_schedule: tuple[tuple[float, int], ...] = ((0.0, 1),)
+
+    def validate(self) -> None:
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+
+
+@dataclass
+class TaskConfig:
+    kinds: list[Literal["product", "mod", "chain"]] = field(default_factory=lambda: ["product"])
+    mode: Mode = Mode.FAST
+    weights: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RunConfig:
+    name: str  # required: no default
+    seed: int = 0
+    debug: bool = False
+    rl: RLConfig = field(default_factory=RLConfig)
+    # a default that differs from TaskConfig's own defaults must survive a partial YAML section
+    task: TaskConfig = field(default_factory=lambda: TaskConfig(kinds=["mod"]))
+
+    def validate(self) -> None:
+        if self.seed < 0:
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    return path
+
+
+def error_of(path=None, overrides=("name=run",)) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(RunConfig, path, overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_defaults_fill_every_field_not_given():
+    cfg = load_config(RunConfig, overrides=["name=run"])
+    assert cfg == RunConfig(name="run")
+    assert cfg.task.kinds == ["mod"]
+
+
+def test_yaml_sets_nested_fields_and_keeps_the_other_defaults(tmp_path):
+    path = write(tmp_path, "name: a\nrl:\n  lr: 3.0e-4\ntask:\n  mode: slow\n")
+    cfg = load_config(RunConfig, path)
+    assert cfg.rl == RLConfig(lr=3e-4)
+    assert cfg.task == TaskConfig(kinds=["mod"], mode=Mode.SLOW)
+
+
+def test_overrides_beat_yaml(tmp_path):
+    path = write(tmp_path, "name: a\nseed: 1\nrl:\n  lr: 0.1\n")
+    cfg = load_config(RunConfig, path, ["rl.lr=1e-4", "name=b"])
+    assert (cfg.name, cfg.seed, cfg.rl.lr) == ("b", 1, 1e-4)
+
+
+def test_override_values_are_parsed_as_yaml_and_typed():
+    cfg = load_config(
+        RunConfig,
+        overrides=[
+            "name=run",
+            "task.kinds=[product,chain]",
+            "rl.budget_schedule=[[0,2],[0.5,3]]",
+            "rl.clip=0",
+            "task.mode=slow",
+            "task.weights={product: 1, mod: 0.5}",
+            "seed=1e3",
+            "debug=true",
+        ],
+    )
+    assert cfg.task.kinds == ["product", "chain"]
+    assert cfg.rl.budget_schedule == ((0.0, 2), (0.5, 3))
+    assert cfg.rl.clip == 0.0 and isinstance(cfg.rl.clip, float)
+    assert cfg.task.mode is Mode.SLOW
+    assert cfg.task.weights == {"product": 1.0, "mod": 0.5}
+    assert cfg.seed == 1000 and isinstance(cfg.seed, int)
+    assert cfg.debug is True
+    assert load_config(RunConfig, overrides=["name=run", "rl.clip=null"]).rl.clip is None
+
+
+def test_unknown_key_in_file_names_the_file_key_and_closest_key(tmp_path):
+    path = write(tmp_path, "name: a\nrl:\n  lrr: 0.1\n")
+    assert error_of(path) == f"{path}: unknown key 'rl.lrr' (did you mean 'rl.lr'?)"
+
+
+def test_unknown_key_without_close_match_lists_the_valid_keys():
+    message = error_of(overrides=["name=run", "rl.zzz=1"])
+    assert message.startswith("override 'rl.zzz=1': unknown key 'rl.zzz'")
+    assert "lr, steps, clip, budget_schedule" in message
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("rl.lr=abc", "override 'rl.lr=abc': rl.lr must be a float, got 'abc'"),
+        ("seed=1.5", "seed must be an int, got 1.5"),
+        ("seed=true", "seed must be an int, got true"),
+        ("debug=1", "debug must be true or false, got 1"),
+        ("name=[a]", "name must be a string, got ['a']"),
+        ("rl.clip=abc", "rl.clip must be a float or null, got 'abc'"),
+        ("task.mode=medium", "task.mode must be one of 'fast', 'slow', got 'medium'"),
+        ("task.weights={a: x}", "task.weights.a must be a float, got 'x'"),
+        ("task.kinds=product", "task.kinds must be a list, got 'product'"),
+        ("rl.budget_schedule=[[0,2,3]]", "rl.budget_schedule[0] must be a list of 2 items"),
+        ("rl=5", "rl must be a mapping of keys, got 5"),
+    ],
+)
+def test_wrong_type_names_the_key_the_value_and_what_was_expected(override, expected):
+    message = error_of(overrides=["name=run", override])
+    assert message.startswith(f"override {override!r}: ")
+    assert expected in message
+
+
+def test_literal_error_in_file_lists_the_allowed_values(tmp_path):
+    path = write(tmp_path, "name: a\ntask:\n  kinds: [product, prod]\n")
+    expected = f"{path}: task.kinds[1] must be one of 'product', 'mod', 'chain', got 'prod'"
+    assert error_of(path) == expected
+
+
+def test_missing_required_key():
+    assert error_of(overrides=()) == "missing required key 'name'"
+
+
+def test_validate_runs_on_nested_configs_with_the_dotted_prefix(tmp_path):
+    message = error_of(overrides=["name=run", "rl.lr=-1"])
+    assert message == "override 'rl.lr=-1': rl: lr must be > 0, got -1.0"
+    path = write(tmp_path, "name: a\nseed: -2\n")
+    assert error_of(path, overrides=()) == f"{path}: seed must be >= 0, got -2"
+
+
+@pytest.mark.parametrize("override", ["rl.lr", "=3", "rl..lr=1", " =1", "seed=[1"])
+def test_malformed_override_is_a_config_error(override):
+    assert error_of(overrides=[override]).startswith(f"override {override!r}: ")
+
+
+def test_override_through_a_scalar_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"override 'seed.x=1': seed is 3, not a section"):
+        apply_overrides({"seed": 3}, ["seed.x=1"])
+
+
+def test_apply_overrides_leaves_its_input_alone():
+    data = {"rl": {"lr": 0.1}}
+    assert apply_overrides(data, ["rl.lr=0.2", "task.mode=slow"]) == {
+        "rl": {"lr": 0.2},
+        "task": {"mode": "slow"},
+    }
+    assert data == {"rl": {"lr": 0.1}}
+
+
+def test_invalid_yaml_names_the_file_and_line(tmp_path):
+    path = write(tmp_path, "name: a\nrl:\n  lr: [1, 2\n")
+    assert error_of(path).startswith(f"{path}:4: invalid YAML: ")
+
+
+def test_top_level_must_be_a_mapping(tmp_path):
+    path = write(tmp_path, "- a\n- b\n")
+    assert error_of(path) == f"{path}: the top level must be a mapping of keys, got ['a', 'b']"
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    path = tmp_path / "nope.yaml"
+    assert error_of(path) == f"{path}: no such config file"
+
+
+def test_empty_file_sets_nothing(tmp_path):
+    assert load_config(RunConfig, write(tmp_path, ""), ["name=run"]) == RunConfig(name="run")
+
+
+def full_config() -> RunConfig:
+    return RunConfig(
+        name="run",
+        seed=3,
+        rl=RLConfig(lr=2e-6, clip=0.2, budget_schedule=((0.0, 2), (0.5, 3))),
+        task=TaskConfig(kinds=["chain", "mod"], mode=Mode.SLOW, weights={"chain": 2.0}),
+    )
+
+
+def test_to_dict_is_plain_data():
+    data = to_dict(full_config())
+    assert data["task"]["mode"] == "slow"
+    assert data["rl"]["budget_schedule"] == [[0.0, 2], [0.5, 3]]
+    assert yaml.safe_load(yaml.safe_dump(data)) == data
+
+
+def test_to_dict_then_from_dict_round_trips():
+    cfg = full_config()
+    assert from_dict(RunConfig, to_dict(cfg)) == cfg
+
+
+def test_dump_yaml_then_load_config_round_trips(tmp_path):
+    cfg = full_config()
+    dump_yaml(cfg, tmp_path / "out" / "resolved.yaml")
+    assert load_config(RunConfig, tmp_path / "out" / "resolved.yaml") == cfg

@@ -1,0 +1,177 @@
+"""Answer extraction, integer normalization, reward functions and tool statistics."""
+
+import math
+
+import pytest
+
+from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
+from tirl.rewards.answer import answer_from_trajectory, extract_boxed, normalize_integer_answer
+from tirl.rewards.reward import (
+    BINARY_REWARD_RANGE,
+    REWARD_FNS,
+    binary_reward,
+    get_reward_fn,
+)
+from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
+
+M, T, P = SegmentKind.MODEL, SegmentKind.TOOL, SegmentKind.PROMPT
+
+# ---------------------------------------------------------------- extract_boxed
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (r"so \boxed{\frac{1}{2}}.", r"\frac{1}{2}"),  # nested braces
+        (r"\boxed{{a}{b{c}}}", "{a}{b{c}}"),
+        (r"first \boxed{1}, then \boxed{2}", "2"),  # last box wins
+        (r"\boxed {42}", "42"),
+        (r"\fbox{7}", "7"),
+        (r"\boxed{ 12 }", "12"),
+        (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),  # escaped braces are content
+        ("no box here", None),
+        (r"\boxed{1} and then \boxed{2", None),  # the last box is unbalanced
+        (r"\boxed{", None),
+        (r"\boxedfoo{3}", None),
+    ],
+)
+def test_extract_boxed(text, expected):
+    assert extract_boxed(text) == expected
+
+
+# ---------------------------------------------------------------- normalize_integer_answer
+
+
+@pytest.mark.parametrize(
+    "s, expected",
+    [
+        ("42", 42),
+        (" 4 2 ", 42),
+        ("$42$", 42),
+        (r"\$42", 42),
+        ("1,000", 1000),
+        ("1,234,567", 1234567),
+        ("1{,}000", 1000),
+        (r"1\,000", 1000),
+        ("42.", 42),
+        ("007", 7),
+        ("+5", 5),
+        ("-5", -5),
+        ("\u22125", -5),
+        ("2.5", None),
+        ("5.0", None),
+        ("12,34", None),  # not thousands grouping: may be a list of answers
+        ("1/2", None),
+        ("x=3", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_normalize_integer_answer(s, expected):
+    assert normalize_integer_answer(s) == expected
+
+
+# ---------------------------------------------------------------- answer_from_trajectory
+
+
+def _traj(*segs, calls=()):
+    return Trajectory(
+        segments=[Segment(k, ids, text) for k, ids, text in segs], tool_calls=list(calls)
+    )
+
+
+def test_boxed_in_tool_output_never_scores():
+    traj = _traj(
+        (P, [1, 2], "Compute 6*7."),
+        (M, [3, 4], "```python\nprint(chr(92) + 'boxed{%d}' % (6*7))\n```\n"),
+        (T, [5, 6], "```output\n\\boxed{42}\n```\n"),
+        (M, [7], "The tool printed it, I am done."),
+    )
+    assert r"\boxed{42}" in traj.response_text
+    assert answer_from_trajectory(traj) is None
+
+
+def test_answer_comes_from_model_even_when_tool_boxes_later():
+    traj = _traj(
+        (P, [1], "Q"),
+        (M, [2], r"Answer: \boxed{41}. Let me check."),
+        (T, [3], r"\boxed{42}"),
+    )
+    assert answer_from_trajectory(traj) == "41"
+
+
+# ---------------------------------------------------------------- rewards
+
+
+def test_binary_reward_and_registry():
+    assert binary_reward(True) == 1.0
+    assert binary_reward(False) == -1.0
+    assert BINARY_REWARD_RANGE == (-1.0, 1.0)
+    assert REWARD_FNS["zero_one"](True) == 1.0
+    assert REWARD_FNS["zero_one"](False) == 0.0
+    assert get_reward_fn("binary") is binary_reward
+    with pytest.raises(ValueError, match="zero_one"):
+        get_reward_fn("nope")
+
+
+# ---------------------------------------------------------------- tool stats
+
+
+def _traj_ok_then_error():
+    return _traj(
+        (P, [1, 2, 3], "Q"),
+        (M, [4, 5, 6, 7], "code 1"),
+        (T, [8, 9], "out 1"),
+        (M, [10, 11], "code 2"),
+        (T, [12, 13, 14], "Traceback"),
+        (M, [15], "done"),
+        calls=[
+            ToolCall("print(1)", "ok", "1\n"),
+            ToolCall("1/0", "error", "ZeroDivisionError"),
+            ToolCall("print(3)", "skipped", ""),
+        ],
+    )
+
+
+def test_tool_stats_one_ok_one_error():
+    s = tool_stats(_traj_ok_then_error())
+    assert s == {
+        "num_calls": 2,  # the skipped call is not a call
+        "num_ok": 1,
+        "num_error": 1,
+        "num_skipped": 1,
+        "all_ok": False,
+        "any_error": True,
+        "last_ok": False,  # the last *executed* call errored
+        "model_tokens": 7,
+        "tool_tokens": 5,
+    }
+
+
+def test_tool_stats_without_calls():
+    s = tool_stats(_traj((P, [1], "Q"), (M, [2, 3], "no code")))
+    assert (s["num_calls"], s["all_ok"], s["any_error"], s["last_ok"]) == (0, False, False, None)
+
+
+def test_aggregate_tool_stats():
+    with_calls = tool_stats(_traj_ok_then_error())
+    no_calls = tool_stats(_traj((P, [1], "Q"), (M, [2, 3], "no code")))
+    agg = aggregate_tool_stats([with_calls, no_calls])
+    assert agg["tools/calls_mean"] == 1.0
+    assert agg["tools/ok_share"] == 0.5
+    assert agg["tools/error_share"] == 0.5
+    assert agg["tools/last_ok_rate"] == 0.0  # over the one trajectory that made calls
+    assert agg["tools/with_call_rate"] == 0.5
+    assert agg["length/model_tokens_mean"] == 4.5  # (7 + 2) / 2
+    assert agg["length/tool_tokens_mean"] == 2.5  # (5 + 0) / 2
+    none = aggregate_tool_stats([no_calls])
+    assert math.isnan(none["tools/ok_share"]) and math.isnan(none["tools/last_ok_rate"])
+    assert aggregate_tool_stats([]) == {}
+
+
+def test_a_box_inside_the_models_own_code_is_not_an_answer():
+    code = '```python\nprint("\\\\boxed{42}")\n```'
+    traj = Trajectory(segments=[Segment(SegmentKind.MODEL, [1], code), Segment(SegmentKind.TOOL, [2], "\\boxed{42}")])
+    assert answer_from_trajectory(traj) is None
+    traj.segments.append(Segment(SegmentKind.MODEL, [3], "so \\boxed{7}"))
+    assert answer_from_trajectory(traj) == "7"

@@ -1,0 +1,134 @@
+"""Rollouts with a real tiny model, a real tokenizer and the real sandbox."""
+
+import asyncio
+
+import pytest
+import torch
+
+from tirl.backends.hf import HFEngine
+from tirl.envs.arithmetic import Task
+from tirl.eval.evaluate import score
+from tirl.protocol.fences import render_code, render_tool_output
+from tirl.protocol.segments import SegmentKind
+from tirl.rollout.runner import BUDGET_SPENT_MESSAGE, Rollout, RolloutSettings
+from tirl.sandbox import Sandbox, SandboxLimits
+from tirl.synth.arithmetic import to_trajectory
+from tirl.train.batch import collate, token_logprobs
+from tirl.train.config import SFTConfig
+from tirl.train.sft import train_sft
+
+CODES = {
+    "A:\n": "print(1/0)",  # raises
+    "B:\n": "while True:\n    pass",  # times out
+    "C:\n": 'print("\\\\boxed{42}")',  # the interpreter, not the model, prints a box
+    "D:\n": "print(6 * 7)",
+}
+
+
+@pytest.fixture(scope="module")
+def scripted_model(tokenizer):
+    """A real tiny model trained until it writes one fixed code block per prompt."""
+    from tirl.models.tiny import TinyModelSpec, build_model
+
+    model = build_model(tokenizer, TinyModelSpec(hidden_size=64, layers=2, heads=2, max_positions=256), seed=0)
+    demos = [
+        to_trajectory(
+            [
+                (SegmentKind.PROMPT, prompt),
+                (SegmentKind.MODEL, render_code(code)),
+                (SegmentKind.TOOL, render_tool_output("x")),
+                (SegmentKind.MODEL, "done"),
+            ],
+            tokenizer,
+            {},
+        )
+        for prompt, code in CODES.items()
+    ]
+    train_sft(model, demos, SFTConfig(steps=150, batch_size=8, lr=3e-3, warmup_steps=5), pad_id=tokenizer.pad_token_id, seed=0)
+    return model.eval()
+
+
+def _rollout(model, tokenizer, prompts, settings, limits=None):
+    async def main():
+        async with Sandbox(limits or SandboxLimits(timeout_s=1.0)) as sandbox:
+            engine = HFEngine(model, tokenizer.eos_token_id, seed=0)
+            trajs = await Rollout(engine, tokenizer, sandbox).run_many(prompts, settings)
+            engine.close()
+            return trajs
+
+    return asyncio.run(main())
+
+
+GREEDY = RolloutSettings(max_model_tokens=40, tool_budget=2, temperature=0.0)
+
+
+def test_exceptions_and_timeouts_reach_the_model_as_text(scripted_model, tokenizer):
+    error, timeout = _rollout(scripted_model, tokenizer, ["A:\n", "B:\n"], GREEDY)
+    assert error.tool_calls[0].code == "print(1/0)"
+    assert error.tool_calls[0].status == "error"
+    tool_text = next(s.text for s in error.segments if s.kind is SegmentKind.TOOL)
+    assert "ZeroDivisionError: division by zero" in tool_text and tool_text.startswith("\n```output\n")
+    assert timeout.tool_calls[0].status == "timeout"
+    assert "TimeoutError" in next(s.text for s in timeout.segments if s.kind is SegmentKind.TOOL)
+    # the trajectories went on after the tool output instead of crashing
+    assert error.segments[-1].kind is SegmentKind.MODEL
+
+
+def test_a_box_printed_by_the_interpreter_never_scores(scripted_model, tokenizer):
+    (traj,) = _rollout(scripted_model, tokenizer, ["C:\n"], GREEDY)
+    tool_text = next(s.text for s in traj.segments if s.kind is SegmentKind.TOOL)
+    assert "\\boxed{42}" in tool_text  # the interpreter printed it...
+    score(traj, Task("q", "42", "42", "product", "test", 0))
+    assert traj.meta["predicted"] is None and traj.meta["correct"] is False  # ...and it does not count
+
+
+def test_ids_trained_on_are_exactly_the_ids_sampled(scripted_model, tokenizer):
+    engine_outputs = []
+    settings = RolloutSettings(max_model_tokens=40, tool_budget=2, temperature=1.0)
+
+    async def main():
+        async with Sandbox() as sandbox:
+            engine = HFEngine(scripted_model, tokenizer.eos_token_id, seed=3)
+            original = engine.generate
+
+            async def recording_generate(key, feed, **kw):
+                out = await original(key, feed, **kw)
+                engine_outputs.append((key, list(feed), list(out.ids)))
+                return out
+
+            engine.generate = recording_generate
+            trajs = await Rollout(engine, tokenizer, sandbox).run_many(list(CODES) * 2, settings)
+            engine.close()
+            return trajs
+
+    trajs = asyncio.run(main())
+    batch = collate(trajs, tokenizer.pad_token_id)
+    for row, traj in enumerate(trajs):
+        model_ids = [s.ids for s in traj.segments if s.kind is SegmentKind.MODEL]
+        assert all(any(ids == out for _, _, out in engine_outputs) for ids in model_ids)
+        n = len(traj.ids)
+        assert batch.input_ids[row, :n].tolist() == traj.ids
+    # the trainer's own forward pass scores the sampled tokens as the sampler did
+    with torch.no_grad():
+        logprobs, _ = token_logprobs(scripted_model, batch)
+    gap = ((logprobs - batch.sampler_logprobs).abs() * batch.loss_mask).max().item()
+    assert gap < 1e-4
+
+
+def test_budget_spent_blocks_are_not_run(scripted_model, tokenizer):
+    (traj,) = _rollout(scripted_model, tokenizer, ["D:\n"], RolloutSettings(max_model_tokens=40, tool_budget=0, temperature=0.0))
+    assert traj.tool_calls[0].status == "skipped"
+    assert BUDGET_SPENT_MESSAGE in traj.response_text
+
+
+def test_text_only_rollouts_never_call_the_sandbox(scripted_model, tokenizer):
+    settings = RolloutSettings(max_model_tokens=30, temperature=0.0, use_tools=False)
+
+    async def main():
+        engine = HFEngine(scripted_model, tokenizer.eos_token_id)
+        trajs = await Rollout(engine, tokenizer, sandbox=None).run_many(["D:\n"], settings)
+        engine.close()
+        return trajs
+
+    (traj,) = asyncio.run(main())
+    assert traj.tool_calls == [] and all(s.kind is not SegmentKind.TOOL for s in traj.segments)

@@ -1,0 +1,494 @@
+"""Tests of tirl.sandbox with real processes (no mocks).
+
+Each test runs its own event loop with asyncio.run, so each starts its own zygote (~0.1 s).
+Time limits in these tests are short, and no assertion depends on wall-clock speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tirl.sandbox import (
+    FORMATTER_VERSION,
+    ExecResult,
+    Sandbox,
+    SandboxLimits,
+    Status,
+    format_result,
+)
+from tirl.sandbox.formatter import truncate_middle, truncation_marker
+
+FAST = SandboxLimits(timeout_s=2.0, grace_s=0.3, memory_mb=512, max_output_chars=1000)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def _exists(pid: int) -> bool:
+    """True while /proc has the pid, zombies included (an unreaped child is a leak too)."""
+    return os.path.exists(f"/proc/{pid}")
+
+
+def _running(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                        found.append(int(name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Cell semantics
+
+
+def test_state_persists_across_cells():
+    async def main():
+        async with Sandbox(FAST) as sb, await sb.session() as s:
+            assert (await s.run("import math\nx = 41\ndef f(v):\n    return v + 1")).ok
+            r = await s.run("print(f(x), math.isqrt(17))")
+            assert r.status is Status.OK
+            assert r.stdout == "42 4\n"
+
+    run(main())
+
+
+def test_last_expression_is_echoed_unless_none():
+    async def main():
+        async with Sandbox(FAST) as sb, await sb.session() as s:
+            assert (await s.run("x = 6\nx * 7")).stdout == "42\n"
+            assert (await s.run("'a' + 'b'")).stdout == "'ab'\n"
+            assert (await s.run("print('p')\nNone")).stdout == "p\n"
+            assert (await s.run("y = 1")).stdout == ""
+            assert (await s.run("[1, 2][0]; x")).stdout == "6\n"
+
+    run(main())
+
+
+def test_exception_gives_error_with_user_frames_only():
+    async def main():
+        async with Sandbox(FAST) as sb, await sb.session() as s:
+            await s.run("pass")
+            r = await s.run("def f(a):\n    return a / 0\n\nprint('before')\nf(1)")
+            assert r.status is Status.ERROR
+            assert r.stdout == "before\n"
+            tb = r.traceback
+            assert tb.startswith("Traceback (most recent call last):")
+            assert 'File "<cell 2>", line 5, in <module>' in tb
+            assert 'File "<cell 2>", line 2, in f' in tb
+            assert "return a / 0" in tb
+            assert tb.rstrip().endswith("ZeroDivisionError: division by zero")
+            assert "_zygote" not in tb and "tirl" not in tb
+
+            r = await s.run("x = (1,\n")
+            assert r.status is Status.ERROR
+            assert '"<cell 3>"' in r.traceback and "SyntaxError" in r.traceback
+            assert (await s.run("1 + 1")).stdout == "2\n"  # the session is fine afterwards
+
+    run(main())
+
+
+def test_sys_exit_in_a_cell_does_not_end_the_session():
+    async def main():
+        async with Sandbox(FAST) as sb, await sb.session() as s:
+            await s.run("k = 3")
+            r = await s.run("import sys\nsys.exit(k)")
+            assert r.status is Status.ERROR
+            assert r.traceback.rstrip().endswith("SystemExit: 3")
+            assert (await s.run("exit()")).status is Status.ERROR
+            assert (await s.run("k")).stdout == "3\n"
+            assert s.alive
+
+    run(main())
+
+
+def test_huge_output_is_truncated_head_and_tail_with_flags():
+    async def main():
+        async with Sandbox(FAST) as sb, await sb.session() as s:
+            r = await s.run("for i in range(100000):\n    print(i)")
+            assert r.status is Status.OK and r.stdout_truncated and not r.stderr_truncated
+            assert r.stdout.startswith("0\n1\n2\n")
+            assert r.stdout.endswith("99998\n99999\n")
+            total = sum(len(f"{i}\n") for i in range(100000))
+            assert truncation_marker(total - 1000) in r.stdout
+            assert len(r.stdout) == 1000 + len(truncation_marker(total - 1000))
+
+            # 100 MB in one write, plus stderr and fd-level (C / subprocess) output
+            r = await s.run(
+                "import sys, os\nsys.stdout.write('x' * 100_000_000)\n"
+                "sys.stderr.write('e' * 5000)\nos.write(1, b'from-fd')"
+            )
+            assert r.status is Status.OK and r.stdout_truncated and r.stderr_truncated
+            assert r.stdout.endswith("from-fd") and r.stdout.startswith("x" * 500)
+            assert len(r.stderr) < 1100
+            assert r.peak_memory_mb is not None and r.peak_memory_mb > 0
+
+            r = await s.run("print('small')")
+            assert r.stdout == "small\n" and not r.stdout_truncated
+
+    run(main())
+
+
+def test_run_once_is_stateless():
+    async def main():
+        async with Sandbox(FAST) as sb:
+            assert (await sb.run_once("x = 1\nx")).stdout == "1\n"
+            r = await sb.run_once("x")
+            assert r.status is Status.ERROR
+            assert "NameError: name 'x' is not defined" in r.traceback
+
+    run(main())
+
+
+def test_pool_serves_sessions_and_run_once():
+    async def main():
+        async with Sandbox(FAST, pool_size=2) as sb:
+            results = await asyncio.gather(*(sb.run_once(f"{i} * 2") for i in range(5)))
+            assert [r.stdout for r in results] == [f"{i * 2}\n" for i in range(5)]
+
+    run(main())
+
+
+def test_twenty_concurrent_sessions_are_independent():
+    async def main():
+        async with Sandbox(FAST) as sb:
+            sessions = await asyncio.gather(*(sb.session() for _ in range(20)))
+            assert len({s.pid for s in sessions}) == 20
+            await asyncio.gather(*(s.run(f"x = {i}") for i, s in enumerate(sessions)))
+            code = "import time\ntime.sleep(0.05)\nx * x"
+            results = await asyncio.gather(*(s.run(code) for s in sessions))
+            assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(20)]
+            await asyncio.gather(*(s.close() for s in sessions))
+
+    run(main())
+
+
+def test_session_creation_smoke():
+    async def main():
+        async with Sandbox(FAST) as sb:
+            t0 = time.perf_counter()
+            sessions = [await sb.session() for _ in range(5)]
+            per_session_ms = (time.perf_counter() - t0) * 1000 / 5
+            assert per_session_ms > 0  # reported by bench/sandbox_quick.py; no threshold here
+            assert len({s.id for s in sessions}) == 5 and all(s.alive for s in sessions)
+            for s in sessions:
+                await s.close()
+                assert not s.alive and not _exists(s.pid)
+
+    run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# Limits and failures
+
+
+def test_timeout_interrupts_the_cell_and_the_session_survives():
+    async def main():
+        async with Sandbox(FAST) as sb, await sb.session() as s:
+            await s.run("x = 5")
+            r = await s.run("print('started', flush=True)\nwhile True:\n    x += 0", timeout_s=0.3)
+            assert r.status is Status.TIMEOUT and r.timeout_s == 0.3
+            assert r.stdout == "started\n"
+            assert "KeyboardInterrupt" in r.traceback
+            assert s.alive
+            assert (await s.run("x")).stdout == "5\n"
+
+    run(main())
+
+
+def test_cell_ignoring_the_interrupt_is_killed_and_later_runs_say_killed():
+    async def main():
+        async with Sandbox(FAST) as sb, await sb.session() as s:
+            code = (
+                "import time\n"
+                "while True:\n"
+                "    try:\n"
+                "        time.sleep(10)\n"
+                "    except BaseException:\n"
+                "        pass"
+            )
+            r = await s.run(code, timeout_s=0.3)
+            assert r.status is Status.TIMEOUT
+            assert not s.alive
+            r = await asyncio.wait_for(s.run("1"), 5.0)  # never hangs
+            assert r.status is Status.KILLED and "variables are lost" in r.detail
+            await asyncio.sleep(0.1)
+            assert not _exists(s.pid)
+
+    run(main())
+
+
+def test_memory_bomb_gives_memory_status_and_session_survives():
+    async def main():
+        async with Sandbox(FAST) as sb, await sb.session() as s:
+            r = await s.run("x = bytearray(600 * 2**20)")
+            assert r.status is Status.MEMORY
+            assert "MemoryError" in r.traceback
+            r = await s.run("chunks = []\nwhile True:\n    chunks.append(bytearray(2**20))")
+            assert r.status is Status.MEMORY
+            assert format_result(r).startswith("MemoryError: ")
+            assert (await s.run("del chunks\n1 + 1")).stdout == "2\n"
+
+    run(main())
+
+
+def test_process_death_gives_killed():
+    async def main():
+        async with Sandbox(FAST) as sb:
+            async with await sb.session() as s:
+                r = await s.run("import os\nos._exit(3)")
+                assert r.status is Status.KILLED and r.detail == "exit code 3"
+                assert (await s.run("1")).status is Status.KILLED
+            async with await sb.session() as s:
+                r = await s.run("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+                assert r.status is Status.KILLED and "SIGSEGV" in r.detail
+
+    run(main())
+
+
+def test_cpu_limit_ends_the_session_with_timeout():
+    async def main():
+        limits = SandboxLimits(timeout_s=10.0, cpu_s=1)
+        async with Sandbox(limits) as sb, await sb.session() as s:
+            r = await s.run("while True: pass")
+            assert r.status is Status.TIMEOUT and "CPU time limit" in r.detail
+            assert not s.alive
+
+    run(main())
+
+
+def test_cancelled_run_kills_the_session():
+    async def main():
+        async with Sandbox(FAST) as sb, await sb.session() as s:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(s.run("import time\ntime.sleep(10)"), 0.2)
+            assert not s.alive
+            assert (await s.run("1")).status is Status.KILLED
+
+    run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# Isolation and cleanup
+
+
+def test_sandboxed_code_cannot_reach_a_loopback_listener():
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+
+    async def main():
+        async with Sandbox(FAST) as sb, await sb.session() as s:
+            if not s.net_isolated:
+                pytest.skip("no network namespace here (needs root or user namespaces)")
+            code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)"
+            return await s.run(code)
+
+    try:
+        r = run(main())
+        assert r.status is Status.ERROR
+        assert "OSError" in r.traceback or "Error" in r.traceback.splitlines()[-1]
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing ever connected
+    finally:
+        listener.close()
+
+
+def test_caller_environment_is_not_visible(monkeypatch):
+    monkeypatch.setenv("TIRL_SANDBOX_SECRET", "hunter2")
+
+    async def main():
+        async with Sandbox(FAST) as sb, await sb.session() as s:
+            r = await s.run(
+                "import os\nprint(sorted(os.environ))\n"
+                "print(b'hunter2' in open('/proc/self/environ', 'rb').read())"
+            )
+            assert r.stdout == "['HOME', 'LANG', 'PATH', 'TMPDIR']\nFalse\n"
+
+    run(main())
+
+
+def test_session_cwd_is_private_and_removed_on_close():
+    async def main():
+        async with Sandbox(FAST) as sb:
+            a, b = await sb.session(), await sb.session()
+            cwd_a = (await a.run("import os\nos.getcwd()")).stdout.strip().strip("'")
+            cwd_b = (await b.run("import os\nos.getcwd()")).stdout.strip().strip("'")
+            assert cwd_a != cwd_b and os.path.isdir(cwd_a)
+            await a.run("open('f.txt', 'w').write('hi')")
+            await a.close()
+            assert not os.path.exists(cwd_a) and os.path.isdir(cwd_b)
+            await b.close()
+
+    run(main())
+
+
+def test_close_leaves_no_process_or_directory_behind():
+    before = set(_children_of(os.getpid()))
+
+    async def main():
+        sb = Sandbox(FAST)
+        await sb.start()
+        sessions = [await sb.session() for _ in range(3)]
+        # a subprocess in the session's group, and one that escapes into its own session
+        r = await sessions[0].run(
+            "import subprocess\n"
+            "a = subprocess.Popen(['sleep', '60'])\n"
+            "b = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+            "print(a.pid, b.pid)"
+        )
+        grandchildren = [int(p) for p in r.stdout.split()]
+        await sessions[1].run("while True: pass", timeout_s=0.1)  # busy at close time
+        pids = [sb.zygote_pid, *(s.pid for s in sessions), *grandchildren]
+        workdir = sb.workdir
+        assert all(_exists(p) for p in pids[:4]) and os.path.isdir(workdir)
+        await sb.close()
+        return pids, workdir
+
+    pids, workdir = run(main())
+    assert [p for p in pids if _exists(p)] == []
+    assert set(_children_of(os.getpid())) - before == set()
+    assert not os.path.exists(workdir)
+
+
+def test_death_of_the_caller_takes_zygote_sessions_and_subprocesses_with_it():
+    script = (
+        "import asyncio, os\n"
+        "from tirl.sandbox import Sandbox\n"
+        "async def main():\n"
+        "    sb = Sandbox()\n"
+        "    await sb.start()\n"
+        "    s = await sb.session()\n"
+        "    r = await s.run(\"import subprocess\\nsubprocess.Popen(['sleep', '60']).pid\")\n"
+        "    print(sb.zygote_pid, s.pid, r.stdout.strip(), sb.workdir, flush=True)\n"
+        "    os._exit(0)\n"
+        "asyncio.run(main())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    *pids, workdir = out.stdout.split()
+    pids = [int(p) for p in pids]
+    assert len(pids) == 3, out.stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (any(map(_running, pids)) or os.path.exists(workdir)):
+        time.sleep(0.02)
+    assert [p for p in pids if _running(p)] == []
+    assert not os.path.exists(workdir)
+
+
+def test_sessions_die_with_the_zygote():
+    async def main():
+        async with Sandbox(FAST) as sb:
+            s = await sb.session()
+            os.kill(sb.zygote_pid, signal.SIGKILL)
+            for _ in range(250):  # PR_SET_PDEATHSIG takes effect when the zygote has exited
+                if not _running(s.pid):
+                    break
+                await asyncio.sleep(0.02)
+            assert not _running(s.pid)
+            r = await asyncio.wait_for(s.run("1"), 5.0)
+            assert r.status is Status.KILLED
+            # the sandbox starts a new zygote on demand
+            async with await sb.session() as fresh:
+                assert (await fresh.run("2 + 2")).stdout == "4\n"
+            assert (await s.run("1")).status is Status.KILLED
+
+    run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# Result and formatter
+
+
+def test_exec_result_round_trips_through_dict():
+    r = ExecResult(Status.TIMEOUT, stdout="a", duration_s=1.5, timeout_s=1.0, peak_memory_mb=9.5)
+    d = r.to_dict()
+    assert d["status"] == "timeout"
+    assert ExecResult.from_dict(d) == r
+
+
+def test_formatter_output_for_each_status():
+    assert FORMATTER_VERSION == "1"
+    assert format_result(ExecResult(Status.OK, stdout="42\n\n")) == "42"
+    assert format_result(ExecResult(Status.OK)) == ""
+    assert format_result(ExecResult(Status.OK, stdout="x", stderr="warning")) == "x"
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "<cell 1>", line 1, in <module>\n'
+        "    1/0\n"
+        "ZeroDivisionError: division by zero\n"
+    )
+    assert format_result(ExecResult(Status.ERROR, stdout="hi\n", traceback=tb)) == (
+        "hi\n" + tb.rstrip("\n")
+    )
+    assert format_result(ExecResult(Status.ERROR, traceback="\x1b[31mValueError: x\x1b[0m")) == (
+        "ValueError: x"
+    )
+    assert format_result(ExecResult(Status.TIMEOUT, stdout="1\n", timeout_s=5.0)) == (
+        "1\nTimeoutError: execution exceeded 5 s"
+    )
+    assert format_result(ExecResult(Status.TIMEOUT, timeout_s=2.5)) == (
+        "TimeoutError: execution exceeded 2.5 s"
+    )
+    assert format_result(
+        ExecResult(Status.TIMEOUT, detail="the CPU time limit of 3 s was exceeded")
+    ) == ("TimeoutError: the CPU time limit of 3 s was exceeded")
+    assert format_result(
+        ExecResult(Status.MEMORY, detail="the memory limit of 1024 MB was exceeded")
+    ) == ("MemoryError: the memory limit of 1024 MB was exceeded")
+    assert format_result(ExecResult(Status.KILLED, detail="killed by signal 11 (SIGSEGV)")) == (
+        "Error: the interpreter process died (killed by signal 11 (SIGSEGV))"
+    )
+
+
+def test_formatter_shortens_long_tracebacks_keeping_the_exception_line():
+    frames = "".join(f'  File "lib.py", line {i}, in g\n    g()\n' for i in range(20))
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "<cell 1>", line 1, in <module>\n'
+        "    g()\n" + frames + "RecursionError: too deep\n"
+    )
+    text = format_result(ExecResult(Status.ERROR, traceback=tb))
+    lines = text.split("\n")
+    assert lines[:3] == tb.split("\n")[:3]
+    assert lines[3] == "  …[33 lines omitted]…"
+    assert lines[-1] == "RecursionError: too deep" and len(lines) == 12
+
+
+def test_formatter_truncates_to_exactly_max_chars():
+    text = "".join(str(i % 10) for i in range(5000))
+    for max_chars in (100, 101, 2000):
+        out = format_result(ExecResult(Status.OK, stdout=text), max_chars=max_chars)
+        assert len(out) == max_chars
+        head, rest = out.split("\n…[", 1)
+        n_dropped = int(rest.split(" chars truncated]…\n")[0])
+        tail = rest.split(" chars truncated]…\n")[1]
+        assert text.startswith(head) and text.endswith(tail)
+        assert len(head) + len(tail) + n_dropped == len(text)
+    assert truncate_middle("short", 10) == "short"
+    # the exception line survives truncation of a long stdout
+    r = ExecResult(Status.ERROR, stdout="y" * 10000, traceback="KeyError: 'k'\n")
+    assert format_result(r, max_chars=300).endswith("\nKeyError: 'k'")

@@ -1,0 +1,105 @@
+"""Losses on real model outputs: what is trained on, and what never is."""
+
+import asyncio
+
+import torch
+
+from tirl.algos.losses import agg_loss, ppo_clip_loss
+from tirl.backends.hf import HFEngine
+from tirl.protocol.segments import SegmentKind
+from tirl.rollout.runner import Rollout
+from tirl.sandbox import Sandbox
+from tirl.synth.arithmetic import code_demonstrations, demonstration_texts, text_demonstrations
+from tirl.train.batch import collate, token_logprobs
+from tirl.train.config import RLConfig, SFTConfig
+from tirl.train.curriculum import budget_at
+from tirl.train.rl import RLTrainer
+from tirl.train.sft import sft_loss, train_sft
+
+
+def _demos(env, tokenizer, n=4):
+    tasks = env.items("train", n)
+    return code_demonstrations(tasks, [t.answer for t in tasks], tokenizer)
+
+
+def test_loss_mask_is_one_on_model_tokens_only(env, tokenizer):
+    (demo,) = _demos(env, tokenizer, 1)
+    batch = collate([demo], tokenizer.pad_token_id)
+    kinds = [s.kind for s in demo.segments for _ in s.ids][1:]  # targets are shifted by one
+    assert batch.loss_mask[0].tolist() == [float(k is SegmentKind.MODEL) for k in kinds]
+    unmasked = collate([demo], tokenizer.pad_token_id, mask_tool_output=False)
+    assert unmasked.loss_mask[0].tolist() == [float(k is not SegmentKind.PROMPT) for k in kinds]
+
+
+def test_tool_tokens_contribute_exactly_zero_to_sft_and_rl_losses(env, tokenizer, tiny_model):
+    demos = _demos(env, tokenizer)
+    batch = collate(demos, tokenizer.pad_token_id)
+    tool = torch.zeros_like(batch.loss_mask, dtype=torch.bool)
+    for row, demo in enumerate(demos):
+        kinds = [s.kind for s in demo.segments for _ in s.ids][1:]
+        tool[row, : len(kinds)] = torch.tensor([k is SegmentKind.TOOL for k in kinds])
+    assert tool.any()
+
+    logprobs, _ = token_logprobs(tiny_model, batch)
+    logprobs.retain_grad()
+    advantages = torch.where(tool, torch.tensor(1e6), torch.tensor(1.0))  # huge where it must not count
+    rl_loss, _ = ppo_clip_loss(logprobs, logprobs.detach() - 0.1, advantages, batch.loss_mask)
+    nll = agg_loss(-logprobs, batch.loss_mask, "token-mean")
+    (rl_loss + nll).backward()
+
+    assert torch.all(logprobs.grad[tool] == 0)
+    assert torch.all(logprobs.grad[batch.loss_mask > 0] != 0)
+    model_positions = batch.loss_mask > 0
+    assert torch.isclose(nll, -logprobs[model_positions].mean())  # denominator: model tokens only
+    assert torch.isclose(sft_loss(tiny_model, batch), nll)
+
+
+def test_sft_learns_the_demonstrations(env, tokenizer, tiny_model):
+    demos = _demos(env, tokenizer, 16)
+    batch = collate(demos, tokenizer.pad_token_id)
+    before = sft_loss(tiny_model, batch).item()
+    train_sft(tiny_model, demos, SFTConfig(steps=30, batch_size=16, lr=3e-3, warmup_steps=3), pad_id=tokenizer.pad_token_id, seed=0)
+    assert sft_loss(tiny_model, batch).item() < 0.7 * before
+
+
+def test_budget_schedule_grows_two_three_four():
+    schedule = RLConfig().budget_schedule
+    assert [budget_at(schedule, f) for f in (0.0, 0.2, 0.34, 0.5, 0.67, 0.99)] == [2, 2, 3, 3, 4, 4]
+    assert budget_at([[0, 1]], 0.9) == 1
+
+
+def test_one_rl_step_updates_the_policy_and_reports(env, tokenizer, tiny_model):
+    cfg = RLConfig(steps=4, prompts_per_step=2, group_size=3, max_model_tokens=24, lr=1e-3)
+    before = [p.detach().clone() for p in tiny_model.parameters()]
+
+    async def main():
+        async with Sandbox() as sandbox:
+            engine = HFEngine(tiny_model, tokenizer.eos_token_id, seed=0)
+            trainer = RLTrainer(tiny_model, Rollout(engine, tokenizer, sandbox), env.stream("train"), cfg,
+                                pad_id=tokenizer.pad_token_id, use_tools=True, variant="code")
+            metrics = await trainer.step(0)
+            engine.close()
+            return metrics
+
+    metrics = asyncio.run(main())
+    assert metrics["rl/budget"] == 2 and metrics["phase"] == "rl"
+    assert metrics["rollout/logprob_gap"] < 1e-4  # the trainer scores the sampled ids as the sampler did
+    for key in ("train/reward_mean", "train/accuracy", "actor/clip_frac", "actor/grad_norm", "length/model_tokens_mean"):
+        assert key in metrics
+    moved = any(not torch.equal(a, b) for a, b in zip(before, tiny_model.parameters()))
+    # An untrained model usually fails every sample: groups with equal rewards get zero GRPO
+    # advantage, hence zero gradient, and the policy must not move at all.
+    assert moved == (metrics["train/solved_all_groups"] < 1)
+
+
+def test_text_demonstrations_have_no_tool_segment(env, tokenizer):
+    (demo,) = text_demonstrations(env.items("train", 1), tokenizer)
+    assert [s.kind for s in demo.segments] == [SegmentKind.PROMPT, SegmentKind.MODEL]
+    assert demo.segments[-1].ids[-1] == tokenizer.eos_token_id
+
+
+def test_demonstrations_tokenize_each_segment_on_its_own(env, tokenizer):
+    task = env.items("train", 1)[0]
+    (demo,) = code_demonstrations([task], [task.answer], tokenizer)
+    for seg, (_, text) in zip(demo.segments, demonstration_texts(task, task.answer)):
+        assert tokenizer.decode(seg.ids, skip_special_tokens=True) == text
