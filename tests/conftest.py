@@ -30,4 +30,6 @@ def tokenizer(env):
 
 @pytest.fixture()
 def tiny_model(tokenizer):
-    return build_model(tokenizer, TinyModelSpec(hidden_size=64, layers=2, heads=2, max_positions=256), seed=0).eval()
+    return build_model(
+        tokenizer, TinyModelSpec(hidden_size=64, layers=2, heads=2, max_positions=256), seed=0
+    ).eval()

@@ -11,7 +11,10 @@ from tirl.cli import main
 
 def test_a_config_typo_is_reported_with_the_key_and_no_traceback():
     proc = subprocess.run(
-        [sys.executable, "-m", "tirl.cli", "config", "rl.lrr=1e-4"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "tirl.cli", "config", "rl.lrr=1e-4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert "rl.lrr" in proc.stderr and "did you mean 'rl.lr'" in proc.stderr
@@ -50,10 +53,21 @@ def test_help_lists_the_subcommands(capsys):
 @pytest.mark.slow
 def test_quickstart_runs_end_to_end_on_a_small_budget(tmp_path, capsys):
     overrides = [
-        f"out_dir={tmp_path}", "name=smoke", "sft.steps=4", "sft.examples=32", "sft.batch_size=8",
-        "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2", "rl.max_model_tokens=24",
-        "task.test_items=4", "eval.max_model_tokens=24", "model.tokenizer_corpus_items=100",
-        "model.hidden_size=32", "model.layers=1", "model.heads=2",
+        f"out_dir={tmp_path}",
+        "name=smoke",
+        "sft.steps=4",
+        "sft.examples=32",
+        "sft.batch_size=8",
+        "rl.steps=2",
+        "rl.prompts_per_step=2",
+        "rl.group_size=2",
+        "rl.max_model_tokens=24",
+        "task.test_items=4",
+        "eval.max_model_tokens=24",
+        "model.tokenizer_corpus_items=100",
+        "model.hidden_size=32",
+        "model.layers=1",
+        "model.heads=2",
     ]
     assert main(["quickstart", *overrides]) == 0
     run = tmp_path / "smoke"
@@ -62,8 +76,14 @@ def test_quickstart_runs_end_to_end_on_a_small_budget(tmp_path, capsys):
     results = json.loads((run / "eval.json").read_text())
     assert set(results["code"]) == {"sft", "rl"} and set(results["text"]) == {"sft", "rl"}
     assert (run / "code" / "rl" / "config.json").is_file()
-    phases = {(r["variant"], r["phase"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+    phases = {
+        (r["variant"], r["phase"])
+        for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+    }
     assert phases == {("code", "sft"), ("code", "rl"), ("text", "sft"), ("text", "rl")}
     assert "accuracy" in capsys.readouterr().out
     # the saved checkpoint loads back through the same path a hub model would
-    assert main(["eval", str(run / "code" / "rl"), "task.test_items=2", "eval.max_model_tokens=16"]) == 0
+    assert (
+        main(["eval", str(run / "code" / "rl"), "task.test_items=2", "eval.max_model_tokens=16"])
+        == 0
+    )

@@ -15,7 +15,9 @@ def _reference_logprobs(model, ids: list[int], start: int, sampled: list[int]) -
 
 def test_ragged_batched_generation_matches_full_forward(tiny_model, tokenizer):
     engine = HFEngine(tiny_model, tokenizer.eos_token_id, max_batch=5, seed=0)
-    prompts = [tokenizer(f"Problem: Compute {i} * {i + 7}.\n")["input_ids"][: 5 + i] for i in range(9)]
+    prompts = [
+        tokenizer(f"Problem: Compute {i} * {i + 7}.\n")["input_ids"][: 5 + i] for i in range(9)
+    ]
 
     async def one(key, prompt):
         first = await engine.generate(key, prompt, max_new_tokens=4 + key % 3, temperature=1.0)
@@ -31,8 +33,15 @@ def test_ragged_batched_generation_matches_full_forward(tiny_model, tokenizer):
             continue
         full = prompt + first.ids + tool + second.ids
         ref_first = _reference_logprobs(tiny_model, full, len(prompt), first.ids)
-        ref_second = _reference_logprobs(tiny_model, full, len(prompt) + len(first.ids) + len(tool), second.ids)
-        assert max(abs(a - b) for a, b in zip(ref_first + ref_second, first.logprobs + second.logprobs)) < 1e-4
+        ref_second = _reference_logprobs(
+            tiny_model, full, len(prompt) + len(first.ids) + len(tool), second.ids
+        )
+        assert (
+            max(
+                abs(a - b) for a, b in zip(ref_first + ref_second, first.logprobs + second.logprobs)
+            )
+            < 1e-4
+        )
     engine.close()
 
 

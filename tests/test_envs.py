@@ -21,8 +21,13 @@ def test_items_are_deterministic_and_seeds_differ(env):
 
 def test_item_seeds_depend_on_every_part():
     base = item_rng("arithmetic", "k", "train", 0, 0).random()
-    for args in [("x", "k", "train", 0, 0), ("arithmetic", "j", "train", 0, 0), ("arithmetic", "k", "test", 0, 0),
-                 ("arithmetic", "k", "train", 1, 0), ("arithmetic", "k", "train", 0, 1)]:
+    for args in [
+        ("x", "k", "train", 0, 0),
+        ("arithmetic", "j", "train", 0, 0),
+        ("arithmetic", "k", "test", 0, 0),
+        ("arithmetic", "k", "train", 1, 0),
+        ("arithmetic", "k", "train", 0, 1),
+    ]:
         assert item_rng(*args).random() != base
 
 

@@ -8,7 +8,9 @@ def test_exact_match_fires_only_on_a_complete_block():
     assert closed_code_block("```python\nprint(1)") is None
     assert closed_code_block("```python\nprint(1)\n``") is None
     assert closed_code_block("```python\nprint(1)\n```") == "print(1)"
-    assert closed_code_block("Let me compute.\n```python\nx = 2\nprint(x)\n```") == "x = 2\nprint(x)"
+    assert (
+        closed_code_block("Let me compute.\n```python\nx = 2\nprint(x)\n```") == "x = 2\nprint(x)"
+    )
     assert closed_code_block("```output\n3\n```") is None
 
 
@@ -34,7 +36,10 @@ def test_loss_mask_follows_segment_kinds():
 
 def test_trajectory_round_trips_through_json_dict():
     traj = Trajectory(
-        segments=[Segment(SegmentKind.PROMPT, [1], "p"), Segment(SegmentKind.MODEL, [2], "m", [-1.0])],
+        segments=[
+            Segment(SegmentKind.PROMPT, [1], "p"),
+            Segment(SegmentKind.MODEL, [2], "m", [-1.0]),
+        ],
         tool_calls=[ToolCall("print(1)", "ok", "1", 0.01)],
         finish_reason="length",
         meta={"question": "q"},

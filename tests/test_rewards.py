@@ -171,7 +171,12 @@ def test_aggregate_tool_stats():
 
 def test_a_box_inside_the_models_own_code_is_not_an_answer():
     code = '```python\nprint("\\\\boxed{42}")\n```'
-    traj = Trajectory(segments=[Segment(SegmentKind.MODEL, [1], code), Segment(SegmentKind.TOOL, [2], "\\boxed{42}")])
+    traj = Trajectory(
+        segments=[
+            Segment(SegmentKind.MODEL, [1], code),
+            Segment(SegmentKind.TOOL, [2], "\\boxed{42}"),
+        ]
+    )
     assert answer_from_trajectory(traj) is None
     traj.segments.append(Segment(SegmentKind.MODEL, [3], "so \\boxed{7}"))
     assert answer_from_trajectory(traj) == "7"

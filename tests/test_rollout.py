@@ -30,7 +30,9 @@ def scripted_model(tokenizer):
     """A real tiny model trained until it writes one fixed code block per prompt."""
     from tirl.models.tiny import TinyModelSpec, build_model
 
-    model = build_model(tokenizer, TinyModelSpec(hidden_size=64, layers=2, heads=2, max_positions=256), seed=0)
+    model = build_model(
+        tokenizer, TinyModelSpec(hidden_size=64, layers=2, heads=2, max_positions=256), seed=0
+    )
     demos = [
         to_trajectory(
             [
@@ -44,7 +46,13 @@ def scripted_model(tokenizer):
         )
         for prompt, code in CODES.items()
     ]
-    train_sft(model, demos, SFTConfig(steps=150, batch_size=8, lr=3e-3, warmup_steps=5), pad_id=tokenizer.pad_token_id, seed=0)
+    train_sft(
+        model,
+        demos,
+        SFTConfig(steps=150, batch_size=8, lr=3e-3, warmup_steps=5),
+        pad_id=tokenizer.pad_token_id,
+        seed=0,
+    )
     return model.eval()
 
 
@@ -67,7 +75,9 @@ def test_exceptions_and_timeouts_reach_the_model_as_text(scripted_model, tokeniz
     assert error.tool_calls[0].code == "print(1/0)"
     assert error.tool_calls[0].status == "error"
     tool_text = next(s.text for s in error.segments if s.kind is SegmentKind.TOOL)
-    assert "ZeroDivisionError: division by zero" in tool_text and tool_text.startswith("\n```output\n")
+    assert "ZeroDivisionError: division by zero" in tool_text and tool_text.startswith(
+        "\n```output\n"
+    )
     assert timeout.tool_calls[0].status == "timeout"
     assert "TimeoutError" in next(s.text for s in timeout.segments if s.kind is SegmentKind.TOOL)
     # the trajectories went on after the tool output instead of crashing
@@ -79,7 +89,9 @@ def test_a_box_printed_by_the_interpreter_never_scores(scripted_model, tokenizer
     tool_text = next(s.text for s in traj.segments if s.kind is SegmentKind.TOOL)
     assert "\\boxed{42}" in tool_text  # the interpreter printed it...
     score(traj, Task("q", "42", "42", "product", "test", 0))
-    assert traj.meta["predicted"] is None and traj.meta["correct"] is False  # ...and it does not count
+    assert (
+        traj.meta["predicted"] is None and traj.meta["correct"] is False
+    )  # ...and it does not count
 
 
 def test_ids_trained_on_are_exactly_the_ids_sampled(scripted_model, tokenizer):
@@ -116,7 +128,12 @@ def test_ids_trained_on_are_exactly_the_ids_sampled(scripted_model, tokenizer):
 
 
 def test_budget_spent_blocks_are_not_run(scripted_model, tokenizer):
-    (traj,) = _rollout(scripted_model, tokenizer, ["D:\n"], RolloutSettings(max_model_tokens=40, tool_budget=0, temperature=0.0))
+    (traj,) = _rollout(
+        scripted_model,
+        tokenizer,
+        ["D:\n"],
+        RolloutSettings(max_model_tokens=40, tool_budget=0, temperature=0.0),
+    )
     assert traj.tool_calls[0].status == "skipped"
     assert BUDGET_SPENT_MESSAGE in traj.response_text
 

@@ -318,6 +318,17 @@ def test_sandboxed_code_cannot_reach_a_loopback_listener():
         listener.close()
 
 
+def test_sandboxed_code_sees_only_a_loopback_interface():
+    async def main():
+        async with Sandbox(FAST) as sb, await sb.session() as s:
+            if not s.net_isolated:
+                pytest.skip("no network namespace here (needs root or user namespaces)")
+            return await s.run("import socket\nprint([name for _, name in socket.if_nameindex()])")
+
+    r = run(main())
+    assert r.status is Status.OK and r.stdout == "['lo']\n"
+
+
 def test_caller_environment_is_not_visible(monkeypatch):
     monkeypatch.setenv("TIRL_SANDBOX_SECRET", "hunter2")
 

@@ -42,7 +42,9 @@ def test_tool_tokens_contribute_exactly_zero_to_sft_and_rl_losses(env, tokenizer
 
     logprobs, _ = token_logprobs(tiny_model, batch)
     logprobs.retain_grad()
-    advantages = torch.where(tool, torch.tensor(1e6), torch.tensor(1.0))  # huge where it must not count
+    advantages = torch.where(
+        tool, torch.tensor(1e6), torch.tensor(1.0)
+    )  # huge where it must not count
     rl_loss, _ = ppo_clip_loss(logprobs, logprobs.detach() - 0.1, advantages, batch.loss_mask)
     nll = agg_loss(-logprobs, batch.loss_mask, "token-mean")
     (rl_loss + nll).backward()
@@ -58,7 +60,13 @@ def test_sft_learns_the_demonstrations(env, tokenizer, tiny_model):
     demos = _demos(env, tokenizer, 16)
     batch = collate(demos, tokenizer.pad_token_id)
     before = sft_loss(tiny_model, batch).item()
-    train_sft(tiny_model, demos, SFTConfig(steps=30, batch_size=16, lr=3e-3, warmup_steps=3), pad_id=tokenizer.pad_token_id, seed=0)
+    train_sft(
+        tiny_model,
+        demos,
+        SFTConfig(steps=30, batch_size=16, lr=3e-3, warmup_steps=3),
+        pad_id=tokenizer.pad_token_id,
+        seed=0,
+    )
     assert sft_loss(tiny_model, batch).item() < 0.7 * before
 
 
@@ -75,16 +83,31 @@ def test_one_rl_step_updates_the_policy_and_reports(env, tokenizer, tiny_model):
     async def main():
         async with Sandbox() as sandbox:
             engine = HFEngine(tiny_model, tokenizer.eos_token_id, seed=0)
-            trainer = RLTrainer(tiny_model, Rollout(engine, tokenizer, sandbox), env.stream("train"), cfg,
-                                pad_id=tokenizer.pad_token_id, use_tools=True, variant="code")
+            trainer = RLTrainer(
+                tiny_model,
+                Rollout(engine, tokenizer, sandbox),
+                env.stream("train"),
+                cfg,
+                pad_id=tokenizer.pad_token_id,
+                use_tools=True,
+                variant="code",
+            )
             metrics = await trainer.step(0)
             engine.close()
             return metrics
 
     metrics = asyncio.run(main())
     assert metrics["rl/budget"] == 2 and metrics["phase"] == "rl"
-    assert metrics["rollout/logprob_gap"] < 1e-4  # the trainer scores the sampled ids as the sampler did
-    for key in ("train/reward_mean", "train/accuracy", "actor/clip_frac", "actor/grad_norm", "length/model_tokens_mean"):
+    assert (
+        metrics["rollout/logprob_gap"] < 1e-4
+    )  # the trainer scores the sampled ids as the sampler did
+    for key in (
+        "train/reward_mean",
+        "train/accuracy",
+        "actor/clip_frac",
+        "actor/grad_norm",
+        "length/model_tokens_mean",
+    ):
         assert key in metrics
     moved = any(not torch.equal(a, b) for a, b in zip(before, tiny_model.parameters()))
     # An untrained model usually fails every sample: groups with equal rewards get zero GRPO

@@ -50,32 +50,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from tirl.backends.hf import HFEngine
     from tirl.envs.arithmetic import ArithmeticEnv
-    from tirl.eval.evaluate import evaluate
     from tirl.models.tiny import load_policy
-    from tirl.rollout.runner import Rollout, RolloutSettings
-    from tirl.sandbox import Sandbox
+    from tirl.quickstart import evaluate_policy
+    from tirl.rollout.runner import Rollout
+    from tirl.sandbox import Sandbox, SandboxLimits
 
     hf_logging.set_verbosity_error()
     cfg = _load_run_config(args.config, args.overrides)
     if not Path(args.model).exists() and "/" not in args.model:
         raise ConfigError(f"model {args.model!r} is neither a folder nor a hub name (owner/name)")
     model, tokenizer = load_policy(args.model)
-    model.eval()
-    env = ArithmeticEnv(tuple(cfg.task.kinds), cfg.task.digits, cfg.seed)
-    settings = RolloutSettings(
-        max_model_tokens=cfg.eval.max_model_tokens,
-        tool_budget=cfg.eval.tool_budget,
-        temperature=cfg.eval.temperature,
-        use_tools=not args.no_tools,
-        max_output_chars=cfg.sandbox.max_output_chars,
+    model.to(cfg.device).eval()
+    tasks = ArithmeticEnv(tuple(cfg.task.kinds), cfg.task.digits, cfg.seed).items(
+        "test", cfg.task.test_items
     )
+    limits = SandboxLimits(timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
 
     async def run() -> dict:
-        async with Sandbox() as sandbox:
-            rollout = Rollout(HFEngine(model, tokenizer.eos_token_id), tokenizer, sandbox)
-            metrics, _ = await evaluate(
-                rollout, env.items("test", cfg.task.test_items), settings, cfg.eval.samples_per_item, progress="eval"
+        async with Sandbox(limits, preload=tuple(cfg.sandbox.preload)) as sandbox:
+            engine = HFEngine(
+                model, tokenizer.eos_token_id, max_batch=cfg.rollout_batch, seed=cfg.seed
             )
+            metrics, _ = await evaluate_policy(
+                Rollout(engine, tokenizer, sandbox), tasks, cfg, not args.no_tools, "eval"
+            )
+            engine.close()
             return metrics
 
     print(json.dumps(asyncio.run(run()), indent=2))
@@ -84,13 +83,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="tirl", description="Train and evaluate language models that reason with a Python interpreter."
+        prog="tirl",
+        description="Train and evaluate language models that reason with a Python interpreter.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add_config_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("config", nargs="?", help=f"YAML config (default: the bundled {DEFAULT_CONFIG})")
-        p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rl.lr=1e-4 task.digits=4")
+        p.add_argument(
+            "config", nargs="?", help=f"YAML config (default: the bundled {DEFAULT_CONFIG})"
+        )
+        p.add_argument(
+            "overrides", nargs="*", help="dotted overrides, e.g. rl.lr=1e-4 task.digits=4"
+        )
 
     p = sub.add_parser(
         "quickstart",
@@ -104,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_args(p)
     p.set_defaults(func=cmd_quickstart)
 
-    p = sub.add_parser("eval", help="evaluate a saved model (folder or hub name) on the held-out split")
+    p = sub.add_parser(
+        "eval", help="evaluate a saved model (folder or hub name) on the held-out split"
+    )
     p.add_argument("model", help="model folder (e.g. runs/quickstart/code/rl) or hub name")
     add_config_args(p)
     p.add_argument("--no-tools", action="store_true", help="evaluate without the interpreter")

@@ -20,6 +20,7 @@ import json
 import random
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -88,7 +89,13 @@ class Quickstart:
         if cfg.model.name_or_path:
             model, _ = load_policy(cfg.model.name_or_path)
         else:
-            spec = TinyModelSpec(cfg.model.arch, cfg.model.hidden_size, cfg.model.layers, cfg.model.heads, cfg.model.max_positions)
+            spec = TinyModelSpec(
+                cfg.model.arch,
+                cfg.model.hidden_size,
+                cfg.model.layers,
+                cfg.model.heads,
+                cfg.model.max_positions,
+            )
             model = build_model(tokenizer, spec, cfg.seed)
         model.to(cfg.device).eval()
         engine = HFEngine(model, tokenizer.eos_token_id, max_batch=cfg.rollout_batch, seed=cfg.seed)
@@ -101,15 +108,29 @@ class Quickstart:
             demos = demos_lib.code_demonstrations(train_tasks, outputs, tokenizer)
         else:
             demos = demos_lib.text_demonstrations(train_tasks, tokenizer)
-        train_sft(model, demos, cfg.sft, pad_id=tokenizer.pad_token_id, seed=cfg.seed, logger=self.logger, variant=variant)
+        train_sft(
+            model,
+            demos,
+            cfg.sft,
+            pad_id=tokenizer.pad_token_id,
+            seed=cfg.seed,
+            logger=self.logger,
+            variant=variant,
+        )
         save_policy(model, tokenizer, self.run_dir / variant / "sft")
         await self.evaluate(variant, "sft", rollout, use_tools)
 
         if cfg.rl.steps > 0:
             rl_tasks = self.env.stream("train", start=cfg.sft.examples)  # prompts SFT never saw
             trainer = RLTrainer(
-                model, rollout, rl_tasks, cfg.rl, pad_id=tokenizer.pad_token_id,
-                use_tools=use_tools, logger=self.logger, variant=variant,
+                model,
+                rollout,
+                rl_tasks,
+                cfg.rl,
+                pad_id=tokenizer.pad_token_id,
+                use_tools=use_tools,
+                logger=self.logger,
+                variant=variant,
             )
             await trainer.train()
             save_policy(model, tokenizer, self.run_dir / variant / "rl")
@@ -117,16 +138,10 @@ class Quickstart:
         engine.close()
 
     async def evaluate(self, variant: str, phase: str, rollout: Rollout, use_tools: bool) -> None:
-        cfg = self.cfg
-        settings = RolloutSettings(
-            max_model_tokens=cfg.eval.max_model_tokens,
-            tool_budget=cfg.eval.tool_budget,
-            temperature=cfg.eval.temperature,
-            use_tools=use_tools,
-            max_output_chars=cfg.sandbox.max_output_chars,
+        tasks = self.env.items("test", self.cfg.task.test_items)
+        metrics, trajs = await evaluate_policy(
+            rollout, tasks, self.cfg, use_tools, f"{variant} eval ({phase})"
         )
-        tasks = self.env.items("test", cfg.task.test_items)
-        metrics, trajs = await evaluate(rollout, tasks, settings, cfg.eval.samples_per_item, progress=f"{variant} eval ({phase})")
         self.results[variant][phase] = metrics
         samples_dir = self.run_dir / "samples"
         samples_dir.mkdir(exist_ok=True)
@@ -134,7 +149,41 @@ class Quickstart:
             for traj in trajs:
                 traj.meta.update(variant=variant, phase=phase)
                 f.write(json.dumps(traj.to_dict()) + "\n")
-        self.samples.extend(trajs[: cfg.eval.saved_samples])
+        self.samples.extend(trajs[: self.cfg.eval.saved_samples])
+
+
+async def evaluate_policy(
+    rollout: Rollout, tasks: list, cfg: RunConfig, use_tools: bool, label: str
+) -> tuple[dict, list[Trajectory]]:
+    """A greedy pass ("eval/accuracy"), then avg@k with sampling ("eval/avg@k") when
+    `cfg.eval.samples_per_item` > 0. Returns the merged metrics and the greedy trajectories."""
+    greedy = RolloutSettings(
+        max_model_tokens=cfg.eval.max_model_tokens,
+        tool_budget=cfg.eval.tool_budget,
+        temperature=0.0,
+        use_tools=use_tools,
+        max_output_chars=cfg.sandbox.max_output_chars,
+    )
+    metrics, trajs = await evaluate(rollout, tasks, greedy, progress=f"{label}, greedy")
+    k = cfg.eval.samples_per_item
+    if k > 0:
+        sampled, _ = await evaluate(
+            rollout,
+            tasks,
+            replace(greedy, temperature=cfg.eval.temperature),
+            k,
+            progress=f"{label}, avg@{k}",
+        )
+        metrics.update(
+            {
+                "eval/avg@k": sampled["eval/accuracy"],
+                "eval/pass@k": sampled["eval/pass@k"],
+                "eval/k": sampled["eval/k"],
+                "eval/temperature": sampled["eval/temperature"],
+                "time/eval_s": metrics["time/eval_s"] + sampled["time/eval_s"],
+            }
+        )
+    return metrics, trajs
 
 
 def run_quickstart(cfg: RunConfig, overwrite: bool = True) -> tuple[Path, dict]:
@@ -160,5 +209,9 @@ def run_quickstart(cfg: RunConfig, overwrite: bool = True) -> tuple[Path, dict]:
         samples=quickstart.samples,
         config=None,
     )
-    print(format_summary_table(summary_rows({k: v for k, v in results.items() if isinstance(v, dict)})))
+    print(
+        format_summary_table(
+            summary_rows({k: v for k, v in results.items() if isinstance(v, dict)})
+        )
+    )
     return run_dir, results

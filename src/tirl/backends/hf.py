@@ -170,7 +170,9 @@ class HFEngine:
         temps = torch.tensor([r.temperature for r in batch], device=logits.device)
         greedy = logprobs.argmax(-1)
         scaled = logprobs / temps.clamp_min(1e-6).unsqueeze(-1)
-        sampled = torch.multinomial(torch.softmax(scaled, -1), 1, generator=self.generator).squeeze(-1)
+        sampled = torch.multinomial(torch.softmax(scaled, -1), 1, generator=self.generator).squeeze(
+            -1
+        )
         tokens = torch.where(temps > 0, sampled, greedy)
         chosen = logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         return list(zip(tokens.tolist(), chosen.tolist()))
@@ -207,7 +209,9 @@ class HFEngine:
         )
         cache = out[self._cache_arg] if self._cache_arg in out else out.past_key_values
         # [B, H, T, D] -> [B, T, H, D] views, so that one row's span is a cheap slice.
-        layers = [(layer.keys.transpose(1, 2), layer.values.transpose(1, 2)) for layer in cache.layers]
+        layers = [
+            (layer.keys.transpose(1, 2), layer.values.transpose(1, 2)) for layer in cache.layers
+        ]
         new_caches = []
         for i, (feed, p) in enumerate(zip(feeds, past)):
             span = slice(p_max - p, p_max + len(feed))

@@ -68,7 +68,9 @@ class ArithmeticEnv:
     def __post_init__(self) -> None:
         bad = [k for k in self.kinds if k not in KINDS]
         if bad or not self.kinds:
-            raise ValueError(f"arithmetic kinds must be a non-empty subset of {KINDS}, got {self.kinds}")
+            raise ValueError(
+                f"arithmetic kinds must be a non-empty subset of {KINDS}, got {self.kinds}"
+            )
         if not 1 <= self.digits <= 9:
             raise ValueError(f"arithmetic digits must be in 1..9, got {self.digits}")
 

@@ -63,7 +63,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 384) -> PreTrainedTo
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD)
 
 
-def build_model(tokenizer: PreTrainedTokenizerFast, spec: TinyModelSpec, seed: int) -> PreTrainedModel:
+def build_model(
+    tokenizer: PreTrainedTokenizerFast, spec: TinyModelSpec, seed: int
+) -> PreTrainedModel:
     """A randomly initialised model sized by `spec`, with the tokenizer's vocabulary."""
     torch.manual_seed(seed)
     common = dict(

@@ -116,7 +116,9 @@ class Trajectory:
     def from_dict(cls, d: dict) -> Trajectory:
         return cls(
             segments=[
-                Segment(SegmentKind(s["kind"]), list(s["ids"]), s.get("text", ""), s.get("logprobs"))
+                Segment(
+                    SegmentKind(s["kind"]), list(s["ids"]), s.get("text", ""), s.get("logprobs")
+                )
                 for s in d["segments"]
             ],
             tool_calls=[ToolCall(**c) for c in d.get("tool_calls", [])],

@@ -57,10 +57,14 @@ class Rollout:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    async def run(self, prompt: str, settings: RolloutSettings, meta: dict | None = None) -> Trajectory:
+    async def run(
+        self, prompt: str, settings: RolloutSettings, meta: dict | None = None
+    ) -> Trajectory:
         key = next(self._keys)
         prompt_ids = self.encode(prompt)
-        traj = Trajectory(segments=[Segment(SegmentKind.PROMPT, prompt_ids, prompt)], meta=dict(meta or {}))
+        traj = Trajectory(
+            segments=[Segment(SegmentKind.PROMPT, prompt_ids, prompt)], meta=dict(meta or {})
+        )
         stop = self._code_closed if settings.use_tools else None
         feed, session, model_tokens = prompt_ids, None, 0
         try:

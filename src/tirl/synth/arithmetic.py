@@ -58,7 +58,9 @@ def to_trajectory(parts: Sequence[tuple[SegmentKind, str]], tokenizer, meta: dic
     return Trajectory(segments=segments, meta=meta)
 
 
-async def run_codes(sandbox: Sandbox, tasks: Sequence[Task], max_chars: int, concurrency: int = 16) -> list[str]:
+async def run_codes(
+    sandbox: Sandbox, tasks: Sequence[Task], max_chars: int, concurrency: int = 16
+) -> list[str]:
     """The model-visible output of each task's code, run in the sandbox."""
     gate = asyncio.Semaphore(concurrency)
     bar = tqdm(total=len(tasks), desc="sandbox: run demonstration code", leave=False)
@@ -68,7 +70,9 @@ async def run_codes(sandbox: Sandbox, tasks: Sequence[Task], max_chars: int, con
             result = await sandbox.run_once(code_for(task))
         bar.update()
         if result.status is not Status.OK:
-            raise RuntimeError(f"demonstration code for {task.question!r} failed: {format_result(result)}")
+            raise RuntimeError(
+                f"demonstration code for {task.question!r} failed: {format_result(result)}"
+            )
         return format_result(result, max_chars=max_chars)
 
     try:
@@ -77,10 +81,14 @@ async def run_codes(sandbox: Sandbox, tasks: Sequence[Task], max_chars: int, con
         bar.close()
 
 
-def code_demonstrations(tasks: Sequence[Task], outputs: Sequence[str], tokenizer) -> list[Trajectory]:
+def code_demonstrations(
+    tasks: Sequence[Task], outputs: Sequence[str], tokenizer
+) -> list[Trajectory]:
     demos = []
     for task, output in zip(tasks, outputs):
-        traj = to_trajectory(demonstration_texts(task, output), tokenizer, {"question": task.question})
+        traj = to_trajectory(
+            demonstration_texts(task, output), tokenizer, {"question": task.question}
+        )
         traj.tool_calls.append(ToolCall(code_for(task), "ok", output))
         demos.append(traj)
     return demos

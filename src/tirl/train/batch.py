@@ -30,7 +30,9 @@ class TokenBatch:
         return TokenBatch(*(t[rows] for t in vars(self).values()))
 
 
-def collate(trajectories: Sequence[Trajectory], pad_id: int, mask_tool_output: bool = True) -> TokenBatch:
+def collate(
+    trajectories: Sequence[Trajectory], pad_id: int, mask_tool_output: bool = True
+) -> TokenBatch:
     """Right-pad trajectories into one batch.
 
     Model tokens always have loss mask 1 and prompt tokens 0. Tool tokens have 0 when

@@ -56,7 +56,7 @@ class ModelConfig:
 class SandboxConfig:
     timeout_s: float = 5.0  # wall clock per code block
     memory_mb: int = 1024  # address-space limit per session
-    max_output_chars: int = 512  # of interpreter output shown to the model (head + tail)
+    max_output_chars: int = 128  # of interpreter output shown to the model (head + tail)
     preload: list[str] = field(default_factory=lambda: ["math", "fractions", "itertools"])
 
 
@@ -64,9 +64,9 @@ class SandboxConfig:
 class SFTConfig:
     """Supervised fine-tuning on synthesized trajectories. Tool tokens carry loss mask 0."""
 
-    steps: int = 120
+    steps: int = 300
     batch_size: int = 64
-    lr: float = 2e-3
+    lr: float = 1e-3
     warmup_steps: int = 10
     weight_decay: float = 0.0
     examples: int = 4000  # synthesized trajectories (the interpreter runs each one's code)
@@ -86,10 +86,10 @@ class RLConfig:
     0.2 / 0.28 (clip-higher, DAPO), and `budget_schedule` (interaction budget 2 -> 3 -> 4).
     """
 
-    steps: int = 40
-    prompts_per_step: int = 16
+    steps: int = 30
+    prompts_per_step: int = 8
     group_size: int = 8  # samples per prompt; GRPO normalizes within the group
-    lr: float = 5e-4
+    lr: float = 1e-4
     temperature: float = 1.0
     max_model_tokens: int = 64  # model tokens per trajectory (tool tokens not counted)
     advantage: Literal["grpo", "drgrpo"] = "grpo"
@@ -103,29 +103,44 @@ class RLConfig:
     updates_per_step: int = 2  # optimizer steps per rollout batch (minibatches)
     max_grad_norm: float = 1.0
     # [fraction of training done, budget] pairs: the budget of the last pair reached applies.
-    budget_schedule: list[list[float]] = field(default_factory=lambda: [[0.0, 2], [0.34, 3], [0.67, 4]])
+    budget_schedule: list[list[float]] = field(
+        default_factory=lambda: [[0.0, 2], [0.34, 3], [0.67, 4]]
+    )
 
     def validate(self) -> None:
         if not 0 <= self.clip_low < 1 or self.clip_high < 0:
-            raise ConfigError(f"rl.clip_low must be in [0, 1) and rl.clip_high >= 0, got {self.clip_low}, {self.clip_high}")
+            raise ConfigError(
+                f"rl.clip_low must be in [0, 1) and rl.clip_high >= 0, got {self.clip_low}, {self.clip_high}"
+            )
         if self.group_size < 2:
-            raise ConfigError(f"rl.group_size must be >= 2 for group-relative advantages, got {self.group_size}")
+            raise ConfigError(
+                f"rl.group_size must be >= 2 for group-relative advantages, got {self.group_size}"
+            )
         if self.temperature <= 0:
-            raise ConfigError(f"rl.temperature must be > 0 for on-policy sampling, got {self.temperature}")
+            raise ConfigError(
+                f"rl.temperature must be > 0 for on-policy sampling, got {self.temperature}"
+            )
         if not self.budget_schedule:
             raise ConfigError("rl.budget_schedule needs at least one [fraction, budget] pair")
         for pair in self.budget_schedule:
             if len(pair) != 2 or not 0 <= pair[0] <= 1 or pair[1] < 0 or pair[1] != int(pair[1]):
-                raise ConfigError(f"rl.budget_schedule entries must be [fraction in 0..1, budget >= 0 integer], got {pair}")
+                raise ConfigError(
+                    f"rl.budget_schedule entries must be [fraction in 0..1, budget >= 0 integer], got {pair}"
+                )
         fractions = [p[0] for p in self.budget_schedule]
         if fractions != sorted(fractions) or fractions[0] != 0:
-            raise ConfigError(f"rl.budget_schedule must start at fraction 0 and increase, got {fractions}")
+            raise ConfigError(
+                f"rl.budget_schedule must start at fraction 0 and increase, got {fractions}"
+            )
 
 
 @dataclass
 class EvalConfig:
-    samples_per_item: int = 1  # k of avg@k
-    temperature: float = 0.0  # 0 = greedy
+    """Held-out evaluation: a greedy pass ("eval/accuracy") and, when `samples_per_item` > 0,
+    avg@k at `temperature` ("eval/avg@k", as CIR's avg@16 at temperature 1.0)."""
+
+    samples_per_item: int = 4  # k of avg@k; 0 turns the sampled pass off
+    temperature: float = 1.0
     max_model_tokens: int = 64
     tool_budget: int = 4
     saved_samples: int = 8  # trajectories kept per evaluation for the report

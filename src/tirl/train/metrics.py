@@ -7,7 +7,9 @@ from pathlib import Path
 
 
 class MetricsLogger:
-    def __init__(self, path: Path, tensorboard: bool = False, wandb: bool = False, run_name: str = "") -> None:
+    def __init__(
+        self, path: Path, tensorboard: bool = False, wandb: bool = False, run_name: str = ""
+    ) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("a")

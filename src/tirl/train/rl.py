@@ -33,7 +33,9 @@ from tirl.train.curriculum import budget_at
 from tirl.train.metrics import MetricsLogger
 
 
-def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, estimator: str) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, group_ids: torch.Tensor, estimator: str
+) -> torch.Tensor:
     """Per-sequence advantages [B]: GRPO, or Dr.GRPO (mean-centred, no std division)."""
     return grpo(rewards, group_ids, normalize_std=estimator == "grpo")
 
@@ -67,7 +69,10 @@ class RLTrainer:
         bar = tqdm(range(self.cfg.steps), desc=f"{self.variant} RL", leave=False)
         for step in bar:
             metrics = await self.step(step)
-            bar.set_postfix(acc=f"{metrics['train/accuracy']:.2f}", calls=f"{metrics.get('tools/calls_mean', 0):.2f}")
+            bar.set_postfix(
+                acc=f"{metrics['train/accuracy']:.2f}",
+                calls=f"{metrics.get('tools/calls_mean', 0):.2f}",
+            )
 
     async def sample(self, step: int) -> tuple[list[Trajectory], int]:
         cfg = self.cfg
@@ -99,7 +104,9 @@ class RLTrainer:
         batch = collate(trajs, self.pad_id, cfg.mask_tool_output).to(self.device)
         with torch.no_grad():
             old_logprobs, _ = token_logprobs(self.model, batch)  # [B, T-1]
-            ref_logprobs = token_logprobs(self.reference, batch)[0] if self.reference is not None else None
+            ref_logprobs = (
+                token_logprobs(self.reference, batch)[0] if self.reference is not None else None
+            )
         token_adv = broadcast_to_tokens(advantages.to(self.device), batch.loss_mask)  # [B, T-1]
 
         self.model.train()
@@ -109,8 +116,13 @@ class RLTrainer:
             mb = batch.select(rows)
             logprobs, entropy = token_logprobs(self.model, mb, with_entropy=cfg.entropy_coef > 0)
             loss, m = ppo_clip_loss(
-                logprobs, old_logprobs[rows], token_adv[rows], mb.loss_mask,
-                clip_low=cfg.clip_low, clip_high=cfg.clip_high, agg=cfg.loss_agg,
+                logprobs,
+                old_logprobs[rows],
+                token_adv[rows],
+                mb.loss_mask,
+                clip_low=cfg.clip_low,
+                clip_high=cfg.clip_high,
+                agg=cfg.loss_agg,
             )
             if entropy is not None:
                 loss = loss - cfg.entropy_coef * agg_loss(entropy, mb.loss_mask, cfg.loss_agg)
@@ -119,13 +131,17 @@ class RLTrainer:
                 loss = loss + cfg.kl_coef * agg_loss(kl, mb.loss_mask, cfg.loss_agg)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            m["actor/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
+            m["actor/grad_norm"] = float(
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            )
             self.optimizer.step()
             update_metrics.append(m)
         self.model.eval()
 
         mask = batch.loss_mask
-        logprob_gap = ((old_logprobs - batch.sampler_logprobs).abs() * mask).sum() / mask.sum().clamp_min(1)
+        logprob_gap = (
+            (old_logprobs - batch.sampler_logprobs).abs() * mask
+        ).sum() / mask.sum().clamp_min(1)
         metrics = {
             "variant": self.variant,
             "phase": "rl",
@@ -136,7 +152,10 @@ class RLTrainer:
             "train/truncation_rate": sum(t.finish_reason == "length" for t in trajs) / len(trajs),
             "train/solved_all_groups": _share_of_uniform_groups(rewards, groups),
             "rollout/logprob_gap": logprob_gap.item(),
-            **{k: sum(m[k] for m in update_metrics) / len(update_metrics) for k in update_metrics[0]},
+            **{
+                k: sum(m[k] for m in update_metrics) / len(update_metrics)
+                for k in update_metrics[0]
+            },
             **aggregate_tool_stats([tool_stats(t) for t in trajs]),
             "time/rollout_s": rollout_s,
             "time/step_s": time.perf_counter() - start,
