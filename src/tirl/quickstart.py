@@ -102,12 +102,7 @@ class Quickstart:
         rollout = Rollout(engine, tokenizer, sandbox if use_tools else None)
         self.results[variant] = {}
 
-        train_tasks = self.env.items("train", cfg.sft.examples)
-        if use_tools:
-            outputs = await demos_lib.run_codes(sandbox, train_tasks, cfg.sandbox.max_output_chars)
-            demos = demos_lib.code_demonstrations(train_tasks, outputs, tokenizer)
-        else:
-            demos = demos_lib.text_demonstrations(train_tasks, tokenizer)
+        demos = await self.demonstrations(use_tools, tokenizer, sandbox)
         train_sft(
             model,
             demos,
@@ -136,6 +131,25 @@ class Quickstart:
             save_policy(model, tokenizer, self.run_dir / variant / "rl")
             await self.evaluate(variant, "rl", rollout, use_tools)
         engine.close()
+
+    async def demonstrations(
+        self, use_tools: bool, tokenizer, sandbox: Sandbox
+    ) -> list[Trajectory]:
+        """SFT data: for the code variant, a `sft.code_share` share of tool-using
+        demonstrations (their code run in the sandbox) and text answers for the rest."""
+        cfg = self.cfg
+        tasks = self.env.items("train", cfg.sft.examples)
+        if not use_tools:
+            return demos_lib.text_demonstrations(tasks, tokenizer)
+        pick = random.Random(cfg.seed)
+        with_code = [pick.random() < cfg.sft.code_share for _ in tasks]
+        code_tasks = [t for t, c in zip(tasks, with_code) if c]
+        outputs = await demos_lib.run_codes(sandbox, code_tasks, cfg.sandbox.max_output_chars)
+        code_demos = iter(demos_lib.code_demonstrations(code_tasks, outputs, tokenizer))
+        text_demos = iter(
+            demos_lib.text_demonstrations([t for t, c in zip(tasks, with_code) if not c], tokenizer)
+        )
+        return [next(code_demos) if c else next(text_demos) for c in with_code]
 
     async def evaluate(self, variant: str, phase: str, rollout: Rollout, use_tools: bool) -> None:
         tasks = self.env.items("test", self.cfg.task.test_items)

@@ -21,6 +21,9 @@ from tirl.sandbox import Sandbox, Status, format_result
 
 PROMPT_TEMPLATE = "Problem: {question}\nSolution:\n"
 ANSWER_TEMPLATE = "The answer is \\boxed{{{answer}}}."
+# Text-only answers are guesses; a different lead-in keeps a model that learns both styles
+# from mixing "copy the interpreter's output" with "guess" at the same context.
+TEXT_ANSWER_TEMPLATE = "My estimate is \\boxed{{{answer}}}."
 
 
 def prompt_for(task: Task) -> str:
@@ -44,7 +47,7 @@ def demonstration_texts(task: Task, output: str) -> list[tuple[SegmentKind, str]
 def text_only_texts(task: Task) -> list[tuple[SegmentKind, str]]:
     return [
         (SegmentKind.PROMPT, prompt_for(task)),
-        (SegmentKind.MODEL, ANSWER_TEMPLATE.format(answer=task.answer)),
+        (SegmentKind.MODEL, TEXT_ANSWER_TEMPLATE.format(answer=task.answer)),
     ]
 
 

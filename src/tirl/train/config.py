@@ -64,17 +64,23 @@ class SandboxConfig:
 class SFTConfig:
     """Supervised fine-tuning on synthesized trajectories. Tool tokens carry loss mask 0."""
 
-    steps: int = 300
+    steps: int = 600
     batch_size: int = 64
     lr: float = 1e-3
     warmup_steps: int = 10
     weight_decay: float = 0.0
     examples: int = 4000  # synthesized trajectories (the interpreter runs each one's code)
+    # Share of the code variant's demonstrations that use the interpreter; the rest answer
+    # in text. Below 1 the SFT model only sometimes reaches for the tool, and RL has to learn
+    # that the tool pays (CIR's setting: RL learns when and how to call the interpreter).
+    code_share: float = 0.5
     mask_tool_output: bool = True  # CIR §2.3.2: never fit interpreter tokens
 
     def validate(self) -> None:
         if self.steps < 0 or self.batch_size < 1 or self.examples < 1:
             raise ConfigError("sft.steps must be >= 0, sft.batch_size and sft.examples >= 1")
+        if not 0 <= self.code_share <= 1:
+            raise ConfigError(f"sft.code_share must be in [0, 1], got {self.code_share}")
 
 
 @dataclass
@@ -90,6 +96,9 @@ class RLConfig:
     prompts_per_step: int = 8
     group_size: int = 8  # samples per prompt; GRPO normalizes within the group
     lr: float = 1e-4
+    # Linear warm-up of the learning rate. A fresh Adam's first updates are close to
+    # lr * sign(gradient) on every weight, which wrecks a fine-tuned policy at full lr.
+    warmup_steps: int = 5
     temperature: float = 1.0
     max_model_tokens: int = 64  # model tokens per trajectory (tool tokens not counted)
     advantage: Literal["grpo", "drgrpo"] = "grpo"

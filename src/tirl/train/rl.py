@@ -62,6 +62,10 @@ class RLTrainer:
         self.logger = logger
         self.variant = variant
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+        warmup = max(1, cfg.warmup_steps * cfg.updates_per_step)
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda u: min(1.0, (u + 1) / warmup)
+        )
         self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None
         self.device = next(model.parameters()).device
 
@@ -135,6 +139,7 @@ class RLTrainer:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
             )
             self.optimizer.step()
+            self.schedule.step()
             update_metrics.append(m)
         self.model.eval()
 
@@ -147,6 +152,7 @@ class RLTrainer:
             "phase": "rl",
             "step": step,
             "rl/budget": budget,
+            "train/lr": self.schedule.get_last_lr()[0],
             "train/reward_mean": rewards.mean().item(),
             "train/accuracy": sum(bool(t.meta["correct"]) for t in trajs) / len(trajs),
             "train/truncation_rate": sum(t.finish_reason == "length" for t in trajs) / len(trajs),
