@@ -64,7 +64,7 @@ class SandboxConfig:
 class SFTConfig:
     """Supervised fine-tuning on synthesized trajectories. Tool tokens carry loss mask 0."""
 
-    steps: int = 600
+    steps: int = 800
     batch_size: int = 64
     lr: float = 1e-3
     warmup_steps: int = 10
