@@ -189,7 +189,7 @@ class HFEngine:
         """
         n, dev = len(feeds), self.device
         p_max, k_max = max(past), max(len(f) for f in feeds)
-        ids = torch.full((n, k_max), self.eos_id, dtype=torch.long)
+        ids = torch.zeros((n, k_max), dtype=torch.long)  # padding ids are masked out
         positions = torch.zeros((n, k_max), dtype=torch.long)
         mask = torch.zeros((n, p_max + k_max), dtype=torch.long)
         for i, (feed, p) in enumerate(zip(feeds, past)):
