@@ -8,10 +8,10 @@ runs resumes without recomputing its prefix, and its slot in the batch goes to o
 meanwhile.
 
 One background task runs the step loop. Every step takes each active sequence's next input
-(a whole chunk of fed tokens, or the one token it sampled last), right-aligns the chunks,
-left-pads the per-sequence caches into one batch with an attention mask and explicit
-position ids, runs one forward pass, and samples one token per sequence from the last
-position. Requests join and leave between steps.
+(a whole chunk of fed tokens, or the one token it sampled last), left-pads the per-sequence
+caches into one batch, places each chunk right after its cache, runs one forward pass with
+an attention mask and explicit position ids, and samples one token per sequence from its
+last real position. Requests join and leave between steps.
 
 Limits: the per-step re-padding of caches costs O(batch x length) copies, cheap for the
 small models this backend is for (tests, the quickstart, debugging). Large models belong on
