@@ -156,7 +156,7 @@ class RLTrainer:
             "train/reward_mean": rewards.mean().item(),
             "train/accuracy": sum(bool(t.meta["correct"]) for t in trajs) / len(trajs),
             "train/truncation_rate": sum(t.finish_reason == "length" for t in trajs) / len(trajs),
-            "train/solved_all_groups": _share_of_uniform_groups(rewards, groups),
+            "train/uniform_group_share": _share_of_uniform_groups(rewards, groups),
             "rollout/logprob_gap": logprob_gap.item(),
             **{
                 k: sum(m[k] for m in update_metrics) / len(update_metrics)
