@@ -92,7 +92,7 @@ class RLConfig:
     0.2 / 0.28 (clip-higher, DAPO), and `budget_schedule` (interaction budget 2 -> 3 -> 4).
     """
 
-    steps: int = 30
+    steps: int = 45
     prompts_per_step: int = 8
     group_size: int = 8  # samples per prompt; GRPO normalizes within the group
     lr: float = 1e-4
