@@ -124,6 +124,7 @@ class Quickstart:
                 cfg.rl,
                 pad_id=tokenizer.pad_token_id,
                 use_tools=use_tools,
+                max_output_chars=cfg.sandbox.max_output_chars,
                 logger=self.logger,
                 variant=variant,
             )

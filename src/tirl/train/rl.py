@@ -50,6 +50,7 @@ class RLTrainer:
         *,
         pad_id: int,
         use_tools: bool,
+        max_output_chars: int = 512,
         logger: MetricsLogger | None = None,
         variant: str = "",
     ) -> None:
@@ -59,6 +60,7 @@ class RLTrainer:
         self.cfg = cfg
         self.pad_id = pad_id
         self.use_tools = use_tools
+        self.max_output_chars = max_output_chars  # as in evaluation: one view of tool output
         self.logger = logger
         self.variant = variant
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -86,6 +88,7 @@ class RLTrainer:
             tool_budget=budget,
             temperature=cfg.temperature,
             use_tools=self.use_tools,
+            max_output_chars=self.max_output_chars,
         )
         tasks = [next(self.tasks) for _ in range(cfg.prompts_per_step)]
         prompts = [prompt_for(t) for t in tasks for _ in range(cfg.group_size)]
