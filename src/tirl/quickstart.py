@@ -20,6 +20,7 @@ import json
 import random
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,8 +28,8 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from tirl.backends.hf import HFEngine
-from tirl.config import dump_yaml
-from tirl.envs.arithmetic import ArithmeticEnv
+from tirl.config import dump_yaml, to_dict
+from tirl.envs.arithmetic import ArithmeticEnv, Task
 from tirl.eval.evaluate import evaluate
 from tirl.eval.report import format_summary_table, summary_rows, write_report
 from tirl.models.tiny import TinyModelSpec, build_model, load_policy, save_policy, train_tokenizer
@@ -79,7 +80,6 @@ class Quickstart:
             for variant in cfg.variants:
                 await self.run_variant(variant, tokenizer, sandbox)
         self.logger.close()
-        (self.run_dir / "eval.json").write_text(json.dumps(self.results, indent=2))
         return self.results
 
     async def run_variant(self, variant: str, tokenizer, sandbox: Sandbox) -> None:
@@ -168,7 +168,7 @@ class Quickstart:
 
 
 async def evaluate_policy(
-    rollout: Rollout, tasks: list, cfg: RunConfig, use_tools: bool, label: str
+    rollout: Rollout, tasks: Sequence[Task], cfg: RunConfig, use_tools: bool, label: str
 ) -> tuple[dict, list[Trajectory]]:
     """A greedy pass ("eval/accuracy"), then avg@k with sampling ("eval/avg@k") when
     `cfg.eval.samples_per_item` > 0. Returns the merged metrics and the greedy trajectories."""
@@ -214,19 +214,15 @@ def run_quickstart(cfg: RunConfig, overwrite: bool = True) -> tuple[Path, dict]:
     dump_yaml(cfg, run_dir / "config.yaml")
     start = time.perf_counter()
     quickstart = Quickstart(cfg, run_dir)
-    results = asyncio.run(quickstart.run())
-    results["wall_s"] = time.perf_counter() - start
-    (run_dir / "eval.json").write_text(json.dumps(results, indent=2))
+    results = asyncio.run(quickstart.run())  # {variant: {phase: metrics}}
+    wall_s = time.perf_counter() - start
+    (run_dir / "eval.json").write_text(json.dumps({**results, "wall_s": wall_s}, indent=2))
     write_report(
         run_dir,
-        eval_results={k: v for k, v in results.items() if isinstance(v, dict)},
+        eval_results=results,
         metrics_path=run_dir / "metrics.jsonl",
         samples=quickstart.samples,
-        config=None,
+        config=to_dict(cfg),
     )
-    print(
-        format_summary_table(
-            summary_rows({k: v for k, v in results.items() if isinstance(v, dict)})
-        )
-    )
-    return run_dir, results
+    print(format_summary_table(summary_rows(results)))
+    return run_dir, {**results, "wall_s": wall_s}

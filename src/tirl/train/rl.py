@@ -50,7 +50,7 @@ class RLTrainer:
         *,
         pad_id: int,
         use_tools: bool,
-        max_output_chars: int = 512,
+        max_output_chars: int = RolloutSettings.max_output_chars,
         logger: MetricsLogger | None = None,
         variant: str = "",
     ) -> None:
