@@ -23,7 +23,7 @@ from __future__ import annotations
 import array
 import ast
 import builtins
-import ctypes
+import collections
 import gc
 import importlib
 import io
@@ -35,23 +35,20 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import time
 import traceback
 import types
 
+from tirl.sandbox import _isolation as iso
 from tirl.sandbox._wire import HEADER, MAX_FRAME, decode, encode
 from tirl.sandbox.formatter import truncate_middle, truncation_marker
 
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWNET = 0x40000000
 SESSION_FD = 3
 SESSION_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-_libc = ctypes.CDLL(None, use_errno=True)
+EXITS_REMEMBERED = 4096  # exit codes of not-yet-adopted forks the zygote keeps
 _GLOBALS = globals()  # frames whose globals are these belong to the sandbox and are hidden
 
 
@@ -152,7 +149,7 @@ def _drain_fd(fd: int, writer: _BoundedWriter, cap_bytes: int) -> None:
 # ---------------------------------------------------------------------------------------------
 # Session child: running cells
 
-_cell_state = {"in_cell": False, "interrupted": False, "session_pid": 0}
+_cell_state = {"in_cell": False, "interrupted": False, "session_pid": 0, "zygote_pid": 0}
 
 
 def _on_sigint(signum: int, frame: types.FrameType | None) -> None:
@@ -240,26 +237,34 @@ def _run_cell(code: str, cell: int, ns: dict, cap: int) -> dict:
     }
 
 
-def _recv_frame(sock: socket.socket) -> dict | None:
-    header = _recv_exact(sock, HEADER.size)
+def _recv_frame(sock: socket.socket) -> tuple[dict | None, list[int]]:
+    """One frame and the file descriptors sent with it (a fork request carries the branch's
+    socket). None at EOF or on a malformed frame."""
+    header, fds = _recv_exact(sock, HEADER.size, with_fds=True)
     if header is None:
-        return None
+        return None, fds
     (n,) = HEADER.unpack(header)
     if n > MAX_FRAME:
-        return None
-    body = _recv_exact(sock, n)
-    return None if body is None else decode(body)
+        return None, fds
+    body, _ = _recv_exact(sock, n)
+    return (None if body is None else decode(body)), fds
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        k = sock.recv_into(view[got:])
-        if k == 0:
-            return None
-        got += k
-    return bytes(buf)
+def _recv_exact(sock: socket.socket, n: int, with_fds: bool = False) -> tuple[bytes | None, list]:
+    buf = bytearray()
+    fds: list[int] = []
+    while len(buf) < n:
+        if with_fds:
+            data, anc, _, _ = sock.recvmsg(n - len(buf), socket.CMSG_SPACE(4 * 4))
+            for level, kind, cdata in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.extend(array.array("i", cdata[: len(cdata) - len(cdata) % 4]))
+        else:
+            data = sock.recv(n - len(buf))
+        if not data:
+            return None, fds
+        buf += data
+    return bytes(buf), fds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,23 +272,15 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
 
 
 def _isolate_network() -> bool:
-    """Move into a fresh network namespace (only a down loopback). Best effort."""
-    if _libc.unshare(CLONE_NEWNET) == 0:
+    """Without the zygote's mount namespace: a fresh network namespace, best effort."""
+    if iso.unshare(iso.CLONE_NEWNET):
         return True
-    # Without CAP_SYS_ADMIN a user namespace grants it; map our own ids so nothing else changes.
-    uid, gid = os.getuid(), os.getgid()
-    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+    if not iso.unshare(iso.CLONE_NEWUSER | iso.CLONE_NEWNET):
         return False
-    for path, text in (
-        ("/proc/self/setgroups", "deny"),
-        ("/proc/self/uid_map", f"{uid} {uid} 1"),
-        ("/proc/self/gid_map", f"{gid} {gid} 1"),
-    ):
-        try:
-            with open(path, "w") as f:
-                f.write(text)
-        except OSError:
-            pass
+    try:
+        iso.map_own_ids(os.getuid())
+    except OSError:
+        pass
     return True
 
 
@@ -297,37 +294,74 @@ def _close_other_fds(keep: int) -> None:
                 pass
 
 
-def _session_main(sock_fd: int, workdir: str, cfg: dict, zygote_pid: int) -> None:
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.setpgid(0, 0)
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != zygote_pid:  # the zygote died before the death signal was armed
-        os._exit(1)
-    if sock_fd != SESSION_FD:
-        os.dup2(sock_fd, SESSION_FD)
-    _close_other_fds(SESSION_FD)  # the control socket must not be reachable from user code
-    sock = socket.socket(fileno=SESSION_FD)
+def _private_dirs(sid: str, cfg: dict, owner: int) -> str:
+    """A private tmpfs on /tmp (and /dev/shm) for this session's mount namespace; returns the
+    working directory inside it."""
+    size = cfg["limits"]["disk_mb"]
+    iso.mount_tmpfs("/tmp", size, owner, owner, "0755")
+    try:
+        iso.mount_tmpfs("/dev/shm", size, owner, owner, "1777")
+    except OSError:
+        pass  # no /dev/shm here: multiprocessing's semaphores will not work, nothing else
+    workdir = f"/tmp/{sid}"
+    os.mkdir(workdir, 0o700)
+    os.chown(workdir, owner, owner)
+    return workdir
 
-    net_isolated = _isolate_network()
-    os.chdir(workdir)
-    os.environ.clear()
-    os.environ.update(PATH=SESSION_PATH, HOME=workdir, LANG="C.UTF-8", TMPDIR=workdir)
-    tempfile.tempdir = workdir
 
-    limits = cfg["limits"]
+def _isolate(sid: str, cfg: dict, family_uid: int | None, host_dir: str) -> tuple[str, dict]:
+    """Everything that runs as root (of the host or of the zygote's user namespace) before the
+    session drops its privileges. Returns the working directory and what was isolated."""
+    mode = cfg["isolation"]
+    if not mode["mount"]:
+        return host_dir, {**mode, "net": _isolate_network()}
+    flags = iso.CLONE_NEWNS | iso.CLONE_NEWNET | iso.CLONE_NEWIPC | iso.CLONE_NEWUTS
+    nested_user = family_uid is None  # not root: a user namespace per session, see below
+    if not iso.unshare(flags | (iso.CLONE_NEWUSER if nested_user else 0)):
+        raise OSError(f"unshare of the session's namespaces failed: {iso.last_error()}")
+    if nested_user:
+        # RLIMIT_NPROC counts per (user namespace, uid): its own namespace gives each session
+        # its own process count although every session has the caller's uid.
+        iso.map_own_ids(0)
+    owner = 0 if family_uid is None else family_uid
+    workdir = _private_dirs(sid, cfg, owner)
+    try:
+        socket.sethostname("sandbox")
+    except OSError:
+        pass
+    if family_uid is not None:
+        iso.become(family_uid, family_uid)  # clears every capability
+        iso.prctl(iso.PR_SET_DUMPABLE, 1)  # keep /proc/self readable by the session itself
+    else:
+        iso.drop_capabilities()
+    return workdir, {**mode, "net": True}
+
+
+def _set_rlimits(limits: dict) -> None:
     mem = limits["memory_mb"] << 20
-    resource.setrlimit(resource.RLIMIT_DATA, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     fsize = limits["file_size_mb"] << 20
-    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-    nofile = limits["max_open_files"]
-    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+    for res, value in (
+        (resource.RLIMIT_DATA, mem),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_FSIZE, fsize),
+        (resource.RLIMIT_NOFILE, limits["max_open_files"]),
+        (resource.RLIMIT_NPROC, limits["max_processes"]),
+    ):
+        resource.setrlimit(res, (value, value))
     if limits["cpu_s"] is not None:
         resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"] + 1))
 
-    # fd 0 reads nothing; fds 1 and 2 go to in-memory files drained after every cell.
+
+def _arm_death_signal(expected_parent: int) -> None:
+    """Die with the zygote. Credential changes clear the death signal, so this runs after them;
+    the parent check closes the race with a zygote that died before the signal was armed."""
+    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != expected_parent:
+        os._exit(1)
+
+
+def _capture_output() -> None:
+    """fd 0 reads nothing; fds 1 and 2 go to in-memory files drained after every cell."""
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.close(devnull)
@@ -335,34 +369,140 @@ def _session_main(sock_fd: int, workdir: str, cfg: dict, zygote_pid: int) -> Non
         fd = os.memfd_create(name)
         os.dup2(fd, target)
         os.close(fd)
+
+
+def _ensure_capture_fds() -> None:
+    """A cell may close or replace fd 1/2; give the next cell working capture files again."""
+    for target, name in ((1, "stdout"), (2, "stderr")):
+        try:
+            ok = stat.S_ISREG(os.fstat(target).st_mode)
+        except OSError:
+            ok = False
+        if not ok:
+            fd = os.memfd_create(name)
+            if fd != target:
+                os.dup2(fd, target)
+                os.close(fd)
+
+
+def _enter_workdir(workdir: str) -> None:
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update(PATH=SESSION_PATH, HOME=workdir, LANG="C.UTF-8", TMPDIR=workdir)
+    tempfile.tempdir = workdir
+
+
+def _session_main(
+    sock_fd: int, sid: str, cfg: dict, family_uid: int | None, host_dir: str
+) -> None:
+    zygote_pid = _cell_state["zygote_pid"] = cfg["zygote_pid"]
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.setpgid(0, 0)
+    _arm_death_signal(zygote_pid)
+    if sock_fd != SESSION_FD:
+        os.dup2(sock_fd, SESSION_FD)
+    _close_other_fds(SESSION_FD)  # the control socket must not be reachable from user code
+    sock = socket.socket(fileno=SESSION_FD)
+
+    workdir, isolation = _isolate(sid, cfg, family_uid, host_dir)
+    _arm_death_signal(zygote_pid)
+    _enter_workdir(workdir)
+    _set_rlimits(cfg["limits"])
+    _capture_output()
+    if cfg["seccomp"] is not None:
+        isolation["seccomp"] = iso.install_seccomp(cfg["seccomp"])
     signal.signal(signal.SIGINT, _on_sigint)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past RLIMIT_FSIZE fail with EFBIG
-
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:  # `random` reseeds itself after fork; numpy's global generator doesn't
-        try:
-            numpy.random.seed()
-        except Exception:
-            pass
+    _reseed()
 
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = main
     sys.argv = [""]
-    ns = main.__dict__
-
     _cell_state["session_pid"] = os.getpid()
-    sock.sendall(encode({"event": "ready", "pid": os.getpid(), "net_isolated": net_isolated}))
-    cap = limits["max_output_chars"]
+    ready = {"event": "ready", "pid": os.getpid(), "workdir": workdir, "isolation": isolation}
+    sock.sendall(encode(ready))
+    _serve_cells(sock, main.__dict__, cfg["limits"]["max_output_chars"], ready)
+
+
+def _reseed() -> None:
+    """`random` reseeds itself after fork; numpy's global generator does not."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        try:
+            numpy.random.seed()
+        except Exception:
+            pass
+
+
+def _serve_cells(sock: socket.socket, ns: dict, cap: int, ready: dict) -> None:
     cell = 0
     while True:
-        msg = _recv_frame(sock)
+        msg, fds = _recv_frame(sock)
         if msg is None:
             return
-        if msg.get("op") == "exec":
+        op = msg.get("op")
+        if op == "exec":
             cell += 1
-            reply = _run_cell(msg["code"], cell, ns, cap)
-            sock.sendall(encode(reply))
+            _ensure_capture_fds()
+            sock.sendall(encode(_run_cell(msg["code"], cell, ns, cap)))
+        elif op == "fork":
+            branch_sock = _fork_branch(sock, msg["id"], fds, ready)
+            if branch_sock is not None:  # this process is the new branch now
+                sock = branch_sock
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _fork_branch(sock: socket.socket, sid: str, fds: list[int], ready: dict):
+    """Fork this session at a cell boundary. The branch is a grandchild, orphaned at once, so
+    it is reparented to the zygote (a child subreaper), which reaps it like any session. Returns
+    the branch's socket in the branch, None in the original session (which has replied)."""
+    if not fds:
+        sock.sendall(encode({"status": "error", "error": "no socket came with the fork"}))
+        return None
+    try:
+        middle = os.fork()
+    except OSError as e:
+        sock.sendall(encode({"status": "error", "error": f"fork failed: {e}"}))
+        return None
+    if middle:
+        os.waitpid(middle, 0)
+        sock.sendall(encode({"status": "forked"}))
+        return None
+    try:
+        middle = os.getpid()
+        if os.fork():
+            os._exit(0)
+        # the branch
+        os.setpgid(0, 0)
+        while os.getppid() == middle:  # until the middle process is gone and we are adopted
+            time.sleep(0.0005)
+        _arm_death_signal(_cell_state["zygote_pid"])
+        branch_fd = fds.pop(0)
+        sock.detach()  # fd 3 is about to become the branch's socket: the old object must not close it
+        os.dup2(branch_fd, SESSION_FD)
+        os.close(branch_fd)
+        for fd in fds:
+            os.close(fd)
+        fds.clear()
+        old = os.getcwd()
+        workdir = os.path.join(os.path.dirname(old), sid if ready["isolation"]["mount"] else f"s-{sid}")
+        shutil.copytree(old, workdir, symlinks=True)
+        _enter_workdir(workdir)
+        _cell_state["session_pid"] = os.getpid()
+        branch_sock = socket.socket(fileno=SESSION_FD)
+        ready.update(pid=os.getpid(), workdir=workdir)
+        branch_sock.sendall(encode(ready))
+        return branch_sock
+    except BaseException:
+        traceback.print_exc()
+        os._exit(1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,11 +526,16 @@ def _children(pid: int) -> list[int]:
 
 
 class _Zygote:
-    def __init__(self, ctrl: socket.socket, base: str, cfg: dict) -> None:
+    def __init__(self, ctrl: socket.socket, cfg: dict, uids: iso.UidBlock | None) -> None:
         self.ctrl = ctrl
-        self.base = base
         self.cfg = cfg
+        self.base = cfg["base"]
+        self.uids = uids
         self.live: dict[int, str] = {}  # session pid -> its working directory
+        self.family_of: dict[int, int] = {}  # session pid -> its family's uid (as root)
+        self.families: dict[int, set[int]] = {}  # family uid -> its live session pids
+        # exit codes of forks reaped before their adoption was announced, oldest first
+        self.unclaimed: collections.OrderedDict[int, int] = collections.OrderedDict()
 
     def send(self, msg: dict) -> None:
         try:
@@ -405,7 +550,14 @@ class _Zygote:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         gc.collect()
         gc.freeze()  # keep the preloaded heap out of later collections: fewer copy-on-write pages
-        self.send({"event": "ready", "pid": os.getpid(), "workdir": self.base})
+        self.send(
+            {
+                "event": "ready",
+                "pid": os.getpid(),
+                "workdir": self.base,
+                "isolation": self.cfg["isolation"],
+            }
+        )
         poller = select.poll()
         poller.register(self.ctrl, select.POLLIN)
         poller.register(wake_r, select.POLLIN)
@@ -451,6 +603,8 @@ class _Zygote:
             fds = fds[1:]
         elif op == "signal":
             self.signal(int(msg["pid"]), int(msg["sig"]))
+        elif op == "adopt":
+            self.adopt(int(msg["pid"]), int(msg["parent"]), str(msg["workdir"]))
         for fd in fds:
             os.close(fd)
 
@@ -458,17 +612,24 @@ class _Zygote:
         if sock_fd is None:
             self.send({"event": "spawn_failed", "id": sid, "error": "no socket received"})
             return
+        family_uid = None
+        host_dir = ""  # without a mount namespace, the session's directory is on the host
         try:
-            workdir = tempfile.mkdtemp(prefix=f"s-{sid}-", dir=self.base)
+            if self.uids is not None:
+                family_uid = self.uids.take()
+            if self.base:
+                host_dir = tempfile.mkdtemp(prefix=f"s-{sid}-", dir=self.base)
             pid = os.fork()
         except OSError as e:
             os.close(sock_fd)
+            if family_uid is not None:
+                self.uids.give_back(family_uid)
             self.send({"event": "spawn_failed", "id": sid, "error": str(e)})
             return
         if pid == 0:
             code = 0
             try:
-                _session_main(sock_fd, workdir, self.cfg, self.cfg["zygote_pid"])
+                _session_main(sock_fd, sid, self.cfg, family_uid, host_dir)
             except BaseException:
                 code = 1
                 traceback.print_exc()
@@ -479,8 +640,22 @@ class _Zygote:
             os.setpgid(pid, pid)  # also done in the child; whichever runs first wins the race
         except OSError:
             pass
-        self.live[pid] = workdir
+        self.live[pid] = host_dir
+        if family_uid is not None:
+            self.family_of[pid] = family_uid
+            self.families[family_uid] = {pid}
         self.send({"event": "spawned", "id": sid, "pid": pid})
+
+    def adopt(self, pid: int, parent: int, workdir: str) -> None:
+        """A session forked a branch (now our child, as a subreaper): track it like a session."""
+        on_host = self.base and workdir.startswith(self.base + "/")
+        self.live[pid] = workdir if on_host else ""
+        family_uid = self.family_of.get(parent)
+        if family_uid is not None and family_uid in self.families:
+            self.family_of[pid] = family_uid
+            self.families[family_uid].add(pid)
+        if pid in self.unclaimed:  # it died before we heard of it
+            self.finished(pid, self.unclaimed.pop(pid))
 
     def signal(self, pid: int, sig: int) -> None:
         if pid not in self.live:  # already reaped: the pid may belong to someone else now
@@ -504,15 +679,31 @@ class _Zygote:
                 return
             if pid == 0:
                 return
-            workdir = self.live.pop(pid, None)
-            if workdir is None:
-                continue  # an orphan of some session, reparented to us (child subreaper)
-            try:
-                os.killpg(pid, signal.SIGKILL)  # the cell's leftover subprocesses, if any
-            except OSError:
-                pass
+            code = os.waitstatus_to_exitcode(status)
+            if pid in self.live:
+                self.finished(pid, code)
+            else:  # an orphan of some session, or a fork whose adoption is still on its way
+                self.unclaimed[pid] = code
+                while len(self.unclaimed) > EXITS_REMEMBERED:
+                    self.unclaimed.popitem(last=False)
+
+    def finished(self, pid: int, code: int) -> None:
+        workdir = self.live.pop(pid)
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the cell's leftover subprocesses, if any
+        except OSError:
+            pass
+        family_uid = self.family_of.pop(pid, None)
+        if family_uid is not None:
+            members = self.families[family_uid]
+            members.discard(pid)
+            if not members:  # the last of the family: nothing of its uid may outlive it
+                del self.families[family_uid]
+                _kill_uid(family_uid)
+                self.uids.give_back(family_uid)
+        if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-            self.send({"event": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+        self.send({"event": "exit", "pid": pid, "code": code})
 
     def shutdown(self) -> None:
         for pid in list(self.live):
@@ -521,6 +712,8 @@ class _Zygote:
                     kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+        for family_uid in self.families:
+            _kill_uid(family_uid)
         # Processes that left their session's group are reparented to us (child subreaper) once
         # their parent dies, which may be after this loop starts: keep killing until none is left.
         deadline = time.monotonic() + 5.0
@@ -536,8 +729,57 @@ class _Zygote:
             except ChildProcessError:
                 break
             time.sleep(0.002)
-        shutil.rmtree(self.base, ignore_errors=True)
+        if self.base:
+            shutil.rmtree(self.base, ignore_errors=True)
         os._exit(0)
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process running as `uid` (orphans that left their session's process group
+    included), by a short-lived child that becomes `uid` and signals everything it may signal.
+    Twice, in case a process was forking during the first pass."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setresuid(uid, uid, uid)
+            for _ in range(2):
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except OSError:
+                    pass  # ESRCH: nothing of that uid was left
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _prepare_isolation(enabled: bool) -> tuple[dict, iso.UidBlock | None]:
+    """Put the zygote in its own mount namespace (and, when not root, its own user namespace)
+    whose root is read-only, so that sessions only have to add their private /tmp. Degrades to
+    what works; the returned dict says what does."""
+    is_root = os.geteuid() == 0
+    mode = {"mount": False, "readonly_root": False, "uid": "caller"}
+    if not enabled:
+        return mode, None
+    if is_root:
+        entered = iso.unshare(iso.CLONE_NEWNS)
+    else:
+        entered = iso.unshare(iso.CLONE_NEWUSER | iso.CLONE_NEWNS)
+        if entered:
+            iso.map_own_ids(0)
+    if not entered:
+        return mode, None
+    iso.make_mounts_private()
+    uids = None
+    if is_root:
+        # Sessions will run as unprivileged uids, which must still reach Python's files.
+        needed = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
+        needed.append(os.path.dirname(os.path.dirname(os.path.abspath(iso.__file__))))
+        mode["exposed"] = iso.expose_paths(needed)
+        uids = iso.UidBlock()
+        mode["uid"] = "family"
+    mode["mount"] = True
+    mode["readonly_root"] = iso.make_root_readonly()
+    return mode, uids
 
 
 def main() -> None:
@@ -546,20 +788,25 @@ def main() -> None:
     ctrl.setblocking(True)
     # SIGTERM, not SIGKILL: the handler installed in serve() kills the sessions' process groups
     # (their subprocesses too) and removes the working directories before exiting.
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != cfg["parent_pid"]:
         os._exit(1)
-    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    iso.prctl(iso.PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     cfg["zygote_pid"] = os.getpid()
     try:
         for name in cfg["preload"]:
             importlib.import_module(name)
+        cfg["isolation"], uids = _prepare_isolation(cfg["isolate"])
+        # Without a mount namespace, session directories live on the host, under `base`.
+        cfg["base"] = "" if cfg["isolation"]["mount"] else tempfile.mkdtemp(prefix="tirl-sandbox-")
+        program = iso.seccomp_program() if cfg["isolate"] else None
+        cfg["seccomp"] = program
+        cfg["isolation"]["seccomp"] = program is not None
     except BaseException as e:
         ctrl.send(json.dumps({"event": "error", "error": f"{type(e).__name__}: {e}"}).encode())
         os._exit(1)
-    base = tempfile.mkdtemp(prefix="tirl-sandbox-")
-    _Zygote(ctrl, base, cfg).serve()
+    _Zygote(ctrl, cfg, uids).serve()
 
 
 if __name__ == "__main__":

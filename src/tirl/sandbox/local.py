@@ -63,9 +63,13 @@ from pathlib import Path
 from typing import Any
 
 from tirl.sandbox._wire import HEADER, MAX_FRAME, decode, encode
+from tirl.sandbox.api import SandboxClient, SandboxError, SessionBase
 from tirl.sandbox.result import ExecResult, Status
 
-DEFAULT_PRELOAD = ("math", "fractions", "itertools", "functools", "collections")
+DEFAULT_PRELOAD = (
+    "math", "cmath", "fractions", "decimal", "itertools", "functools", "collections", "random",
+    "statistics", "numpy", "sympy",
+)
 # Variables of the caller the zygote may see (it needs them to find Python packages).
 ZYGOTE_ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH")
 START_TIMEOUT_S = 120.0  # zygote start, including preload imports
@@ -87,6 +91,10 @@ class SandboxLimits:
     grace_s: time between the SIGINT and the kill.
     file_size_mb: RLIMIT_FSIZE: the largest file a cell may write (also bounds fd 1/2 capture).
     max_open_files: RLIMIT_NOFILE.
+    max_processes: RLIMIT_NPROC: processes and threads of a session and its forks together,
+        the session itself included (binding only where sessions run as their own uid or in
+        their own user namespace; see the module docstring).
+    disk_mb: size of the session's private /tmp (its working directory lives there).
     """
 
     timeout_s: float = 5.0
@@ -96,6 +104,17 @@ class SandboxLimits:
     grace_s: float = 0.5
     file_size_mb: int = 64
     max_open_files: int = 256
+    max_processes: int = 32
+    disk_mb: int = 64
+
+    def __post_init__(self) -> None:
+        positive = ("timeout_s", "memory_mb", "max_output_chars", "grace_s", "file_size_mb")
+        for name in (*positive, "max_open_files", "max_processes", "disk_mb"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}")
+        if self.cpu_s is not None and (not isinstance(self.cpu_s, int) or self.cpu_s <= 0):
+            raise ValueError(f"SandboxLimits.cpu_s must be a positive int or None, got {self.cpu_s!r}")
 
 
 def _describe_exit(code: int | None) -> str:
@@ -117,8 +136,8 @@ async def _read_frame(reader: asyncio.StreamReader) -> dict[str, Any]:
     return decode(await reader.readexactly(n))
 
 
-class Session:
-    """One stateful interpreter. Create with `await sandbox.session()`.
+class Session(SessionBase):
+    """One stateful interpreter process. Create with `await sandbox.session()`.
 
     `run` calls on one session are serialized; run many sessions concurrently instead.
     Cancelling a `run` mid-cell kills the session (its state would be inconsistent).
@@ -131,15 +150,18 @@ class Session:
         pid: int,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        net_isolated: bool,
+        sock: socket.socket,
+        isolation: dict[str, Any],
     ) -> None:
         self.id = sid
+        self.history: list[str] = []
         self.pid = pid
-        self.net_isolated = net_isolated
+        self.isolation = isolation  # what the session process could isolate; see the docstring
         self._sandbox = sandbox
         self._generation = sandbox._generation  # which zygote forked it (pids are per zygote)
         self._reader = reader
         self._writer = writer
+        self._sock = sock  # the socket under reader/writer: a fork request sends an fd with it
         self._lock = asyncio.Lock()
         self._dead_reason: str | None = None
         self._closed = False
@@ -148,16 +170,11 @@ class Session:
     def alive(self) -> bool:
         return self._dead_reason is None
 
-    async def __aenter__(self) -> Session:
-        return self
+    @property
+    def net_isolated(self) -> bool:
+        return bool(self.isolation.get("net"))
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def run(self, code: str, timeout_s: float | None = None) -> ExecResult:
-        """Execute one cell. Never raises for anything the cell does; see `Status`."""
-        if not isinstance(code, str):
-            raise TypeError(f"code must be str, not {type(code).__name__}")
+    async def _execute(self, code: str, timeout_s: float | None) -> ExecResult:
         timeout = self._sandbox.limits.timeout_s if timeout_s is None else timeout_s
         if not self.alive:
             return ExecResult(Status.KILLED, detail=self._dead_reason or "")
@@ -252,8 +269,21 @@ class Session:
         await self._sandbox._exit_code(self, EXIT_WAIT_S)
         self._sandbox._forget(self)
 
+    async def _branch(self) -> Session:
+        async with self._lock:
+            return await self._sandbox._fork(self)
 
-class Sandbox:
+    async def _replace(self) -> None:
+        await self.close()
+        fresh = await self._sandbox._spawn()
+        self._sandbox._sessions.discard(fresh)
+        self.pid, self.isolation, self._generation = fresh.pid, fresh.isolation, fresh._generation
+        self._reader, self._writer, self._sock = fresh._reader, fresh._writer, fresh._sock
+        self._dead_reason, self._closed = None, False
+        self._sandbox._sessions.add(self)
+
+
+class Sandbox(SandboxClient):
     """Factory of sessions, backed by one zygote process. Use as `async with Sandbox() as sb:`.
 
     preload: modules the zygote imports once, so sessions start with them already in memory
@@ -266,10 +296,13 @@ class Sandbox:
         limits: SandboxLimits | None = None,
         preload: tuple[str, ...] = DEFAULT_PRELOAD,
         pool_size: int = 0,
+        isolate: bool = True,
     ) -> None:
         self.limits = limits or SandboxLimits()
         self.preload = tuple(preload)
         self.pool_size = pool_size
+        self.isolate = isolate
+        self.isolation: dict[str, Any] = {}  # what the zygote could set up; see the docstring
         self.zygote_pid: int | None = None
         self.workdir: str | None = None  # parent of the sessions' private directories
         self._proc: asyncio.subprocess.Process | None = None
@@ -286,13 +319,6 @@ class Sandbox:
         self._running = False
         self._closed = False
 
-    async def __aenter__(self) -> Sandbox:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -300,7 +326,7 @@ class Sandbox:
             if self._running:
                 return
             if self._closed:
-                raise RuntimeError("this Sandbox was closed; create a new one")
+                raise SandboxError("this Sandbox was closed; create a new one")
             if self._proc is not None:  # the zygote died: its sessions are dead, start afresh
                 await self._stop_zygote()
                 self._abandon_sessions("the sandbox's zygote process died")
@@ -323,6 +349,7 @@ class Sandbox:
             "parent_pid": os.getpid(),
             "preload": list(self.preload),
             "limits": asdict(self.limits),
+            "isolate": self.isolate,
         }
         try:
             self._proc = await asyncio.create_subprocess_exec(
@@ -347,9 +374,10 @@ class Sandbox:
             raise
         if msg.get("event") != "ready":
             await self._stop_zygote()
-            raise RuntimeError(f"sandbox zygote failed to start: {msg.get('error')}")
+            raise SandboxError(f"sandbox zygote failed to start: {msg.get('error')}")
         self.zygote_pid = msg["pid"]
-        self.workdir = msg["workdir"]
+        self.workdir = msg["workdir"] or None
+        self.isolation = msg["isolation"]
         self._running = True
 
     async def close(self) -> None:
@@ -405,17 +433,9 @@ class Sandbox:
                 return s
         return await self._spawn()
 
-    async def run_once(self, code: str, timeout_s: float | None = None) -> ExecResult:
-        """Run `code` in a fresh session that is closed afterwards."""
-        s = await self.session()
-        try:
-            return await s.run(code, timeout_s)
-        finally:
-            await s.close()
-
     async def _spawn(self) -> Session:
         if not self._running:
-            raise RuntimeError("the sandbox is not running")
+            raise SandboxError("the sandbox is not running")
         loop = asyncio.get_running_loop()
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sid = secrets.token_hex(6)
@@ -432,20 +452,51 @@ class Sandbox:
         msg = await spawned
         if msg["event"] != "spawned":
             parent_end.close()
-            raise RuntimeError(f"could not create a session: {msg.get('error')}")
+            raise SandboxError(f"could not create a session: {msg.get('error')}")
         pid = msg["pid"]
         reader, writer = await asyncio.open_unix_connection(sock=parent_end)
         try:
             ready = await asyncio.wait_for(_read_frame(reader), SESSION_START_TIMEOUT_S)
         except (asyncio.IncompleteReadError, asyncio.TimeoutError, OSError, ValueError) as e:
-            s = Session(self, sid, pid, reader, writer, False)
+            s = Session(self, sid, pid, reader, writer, parent_end, {})
             s._kill("the session failed to start")
             code = await self._exit_code(s, EXIT_WAIT_S)
             self._forget(s)
-            raise RuntimeError(f"session process failed to start ({_describe_exit(code)})") from e
-        s = Session(self, sid, pid, reader, writer, bool(ready.get("net_isolated")))
+            raise SandboxError(f"session process failed to start ({_describe_exit(code)})") from e
+        s = Session(self, sid, pid, reader, writer, parent_end, ready["isolation"])
         self._sessions.add(s)
         return s
+
+    async def _fork(self, parent: Session) -> Session:
+        """Ask `parent`'s process to fork itself (see `SessionBase.fork`). Called with the
+        parent's lock held, so no cell is running in it."""
+        if not self._running or parent._generation != self._generation:
+            raise SandboxError(f"session {parent.id} belongs to a sandbox that is not running")
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        sid = secrets.token_hex(6)
+        fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))]
+        try:
+            # The stream is idle (lock held, last reply read), so this small write cannot
+            # interleave with anything asyncio has buffered.
+            parent._sock.sendmsg([encode({"op": "fork", "id": sid})], fds)
+            reply = await asyncio.wait_for(_read_frame(parent._reader), SESSION_START_TIMEOUT_S)
+            if reply.get("status") != "forked":
+                raise SandboxError(f"session {parent.id} could not fork: {reply.get('error')}")
+            reader, writer = await asyncio.open_unix_connection(sock=mine)
+            ready = await asyncio.wait_for(_read_frame(reader), SESSION_START_TIMEOUT_S)
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError, OSError, ValueError) as e:
+            mine.close()
+            parent._kill(f"it died while forking ({type(e).__name__}); all variables are lost")
+            raise SandboxError(f"session {parent.id} died while forking") from e
+        finally:
+            theirs.close()
+        pid = ready["pid"]
+        self._exits[pid] = asyncio.get_running_loop().create_future()
+        msg = {"op": "adopt", "pid": pid, "parent": parent.pid, "workdir": ready["workdir"]}
+        await self._send(msg)
+        branch = Session(self, sid, pid, reader, writer, mine, ready["isolation"])
+        self._sessions.add(branch)
+        return branch
 
     def _schedule_refill(self) -> None:
         if self.pool_size and not self._closed:
@@ -493,7 +544,7 @@ class Sandbox:
             pass
         finally:
             self._running = False
-            gone = RuntimeError("the sandbox zygote exited")
+            gone = SandboxError("the sandbox zygote exited")
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result({"event": "error", "error": "zygote exited during start"})
             for fut in self._spawns.values():
