@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+from sandbox_contract import CONTRACT_CHECKS, CONTRACT_LIMITS
 
 from tirl.sandbox import (
     FORMATTER_VERSION,
@@ -25,8 +26,6 @@ from tirl.sandbox import (
     format_result,
 )
 from tirl.sandbox.formatter import truncate_middle, truncation_marker
-
-from sandbox_contract import CONTRACT_CHECKS, CONTRACT_LIMITS
 
 FAST = SandboxLimits(timeout_s=2.0, grace_s=0.3, memory_mb=512, max_output_chars=1000)
 LIGHT = ("math",)  # tests need no sympy in the zygote; it would add ~0.7 s per test

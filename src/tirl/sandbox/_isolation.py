@@ -79,12 +79,19 @@ def map_own_ids(inside: int = 0) -> None:
             f.write(text)
 
 
+def _bytes_or_none(s: str | None) -> bytes | None:
+    return None if s is None else s.encode()
+
+
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
-    enc = (lambda s: None if s is None else s.encode())
-    _check(
-        _libc.mount(enc(source), target.encode(), enc(fstype), flags, data.encode() or None),
-        f"mount {target}",
+    ret = _libc.mount(
+        _bytes_or_none(source),
+        target.encode(),
+        _bytes_or_none(fstype),
+        flags,
+        data.encode() or None,
     )
+    _check(ret, f"mount {target}")
 
 
 def umount(target: str) -> None:
@@ -256,33 +263,117 @@ _SYSCALLS = {
     "x86_64": (
         0xC000003E,
         dict(
-            ptrace=101, process_vm_readv=310, process_vm_writev=311, mount=165, umount2=166,
-            pivot_root=155, chroot=161, unshare=272, setns=308, keyctl=250, add_key=248,
-            request_key=249, bpf=321, perf_event_open=298, userfaultfd=323, kexec_load=246,
-            kexec_file_load=320, init_module=175, finit_module=313, delete_module=176,
-            clock_settime=227, settimeofday=164, adjtimex=159, clock_adjtime=305, swapon=167,
-            swapoff=168, reboot=169, acct=163, syslog=103, quotactl=179, sethostname=170,
-            setdomainname=171, io_uring_setup=425, io_uring_enter=426, io_uring_register=427,
-            open_by_handle_at=304, name_to_handle_at=303, fanotify_init=300, open_tree=428,
-            move_mount=429, fsopen=430, fsconfig=431, fsmount=432, fspick=433, mount_setattr=442,
-            setrlimit=160, iopl=172, ioperm=173, vhangup=153,
-            socket=41, kill=62, clone=56, clone3=435, prlimit64=302,
+            ptrace=101,
+            process_vm_readv=310,
+            process_vm_writev=311,
+            mount=165,
+            umount2=166,
+            pivot_root=155,
+            chroot=161,
+            unshare=272,
+            setns=308,
+            keyctl=250,
+            add_key=248,
+            request_key=249,
+            bpf=321,
+            perf_event_open=298,
+            userfaultfd=323,
+            kexec_load=246,
+            kexec_file_load=320,
+            init_module=175,
+            finit_module=313,
+            delete_module=176,
+            clock_settime=227,
+            settimeofday=164,
+            adjtimex=159,
+            clock_adjtime=305,
+            swapon=167,
+            swapoff=168,
+            reboot=169,
+            acct=163,
+            syslog=103,
+            quotactl=179,
+            sethostname=170,
+            setdomainname=171,
+            io_uring_setup=425,
+            io_uring_enter=426,
+            io_uring_register=427,
+            open_by_handle_at=304,
+            name_to_handle_at=303,
+            fanotify_init=300,
+            open_tree=428,
+            move_mount=429,
+            fsopen=430,
+            fsconfig=431,
+            fsmount=432,
+            fspick=433,
+            mount_setattr=442,
+            setrlimit=160,
+            iopl=172,
+            ioperm=173,
+            vhangup=153,
+            socket=41,
+            kill=62,
+            clone=56,
+            clone3=435,
+            prlimit64=302,
         ),
     ),
     "aarch64": (
         0xC00000B7,
         dict(
-            ptrace=117, process_vm_readv=270, process_vm_writev=271, mount=40, umount2=39,
-            pivot_root=41, chroot=51, unshare=97, setns=268, keyctl=219, add_key=217,
-            request_key=218, bpf=280, perf_event_open=241, userfaultfd=282, kexec_load=104,
-            kexec_file_load=294, init_module=105, finit_module=273, delete_module=106,
-            clock_settime=112, settimeofday=170, adjtimex=171, clock_adjtime=266, swapon=224,
-            swapoff=225, reboot=142, acct=89, syslog=116, quotactl=60, sethostname=161,
-            setdomainname=162, io_uring_setup=425, io_uring_enter=426, io_uring_register=427,
-            open_by_handle_at=265, name_to_handle_at=264, fanotify_init=262, open_tree=428,
-            move_mount=429, fsopen=430, fsconfig=431, fsmount=432, fspick=433, mount_setattr=442,
-            setrlimit=164, vhangup=58,
-            socket=198, kill=129, clone=220, clone3=435, prlimit64=261,
+            ptrace=117,
+            process_vm_readv=270,
+            process_vm_writev=271,
+            mount=40,
+            umount2=39,
+            pivot_root=41,
+            chroot=51,
+            unshare=97,
+            setns=268,
+            keyctl=219,
+            add_key=217,
+            request_key=218,
+            bpf=280,
+            perf_event_open=241,
+            userfaultfd=282,
+            kexec_load=104,
+            kexec_file_load=294,
+            init_module=105,
+            finit_module=273,
+            delete_module=106,
+            clock_settime=112,
+            settimeofday=170,
+            adjtimex=171,
+            clock_adjtime=266,
+            swapon=224,
+            swapoff=225,
+            reboot=142,
+            acct=89,
+            syslog=116,
+            quotactl=60,
+            sethostname=161,
+            setdomainname=162,
+            io_uring_setup=425,
+            io_uring_enter=426,
+            io_uring_register=427,
+            open_by_handle_at=265,
+            name_to_handle_at=264,
+            fanotify_init=262,
+            open_tree=428,
+            move_mount=429,
+            fsopen=430,
+            fsconfig=431,
+            fsmount=432,
+            fspick=433,
+            mount_setattr=442,
+            setrlimit=164,
+            vhangup=58,
+            socket=198,
+            kill=129,
+            clone=220,
+            clone3=435,
+            prlimit64=261,
         ),
     ),
 }
@@ -318,39 +409,51 @@ def seccomp_program(machine: str | None = None) -> bytes | None:
         if name not in _SPECIAL:
             blocks.append((nr, [_insn(_RET, EPERM_RET)]))
     blocks.append(
-        (table["socket"], [
-            _insn(_LD_ABS, _arg_low(0)),
-            _insn(_JEQ, AF_UNIX, 0, 1),
-            _insn(_RET, ALLOW),
-            _insn(_RET, EPERM_RET),
-        ])
+        (
+            table["socket"],
+            [
+                _insn(_LD_ABS, _arg_low(0)),
+                _insn(_JEQ, AF_UNIX, 0, 1),
+                _insn(_RET, ALLOW),
+                _insn(_RET, EPERM_RET),
+            ],
+        )
     )
     blocks.append(
-        (table["kill"], [
-            _insn(_LD_ABS, _arg_low(0)),
-            _insn(_JEQ, 0xFFFFFFFF, 0, 1),
-            _insn(_RET, EPERM_RET),
-            _insn(_RET, ALLOW),
-        ])
+        (
+            table["kill"],
+            [
+                _insn(_LD_ABS, _arg_low(0)),
+                _insn(_JEQ, 0xFFFFFFFF, 0, 1),
+                _insn(_RET, EPERM_RET),
+                _insn(_RET, ALLOW),
+            ],
+        )
     )
     blocks.append(
-        (table["clone"], [
-            _insn(_LD_ABS, _arg_low(0)),
-            _insn(_JSET, NAMESPACE_FLAGS, 0, 1),
-            _insn(_RET, EPERM_RET),
-            _insn(_RET, ALLOW),
-        ])
+        (
+            table["clone"],
+            [
+                _insn(_LD_ABS, _arg_low(0)),
+                _insn(_JSET, NAMESPACE_FLAGS, 0, 1),
+                _insn(_RET, EPERM_RET),
+                _insn(_RET, ALLOW),
+            ],
+        )
     )
     blocks.append((table["clone3"], [_insn(_RET, ENOSYS_RET)]))
     blocks.append(
-        (table["prlimit64"], [  # prlimit64(pid, resource, new_limit, old_limit)
-            _insn(_LD_ABS, _arg_low(2)),
-            _insn(_JEQ, 0, 0, 3),
-            _insn(_LD_ABS, _arg_low(2) + 4),
-            _insn(_JEQ, 0, 0, 1),
-            _insn(_RET, ALLOW),
-            _insn(_RET, EPERM_RET),
-        ])
+        (
+            table["prlimit64"],
+            [  # prlimit64(pid, resource, new_limit, old_limit)
+                _insn(_LD_ABS, _arg_low(2)),
+                _insn(_JEQ, 0, 0, 3),
+                _insn(_LD_ABS, _arg_low(2) + 4),
+                _insn(_JEQ, 0, 0, 1),
+                _insn(_RET, ALLOW),
+                _insn(_RET, EPERM_RET),
+            ],
+        )
     )
     prog = [
         _insn(_LD_ABS, _ARCH_OFFSET),

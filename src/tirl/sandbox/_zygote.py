@@ -392,9 +392,7 @@ def _enter_workdir(workdir: str) -> None:
     tempfile.tempdir = workdir
 
 
-def _session_main(
-    sock_fd: int, sid: str, cfg: dict, family_uid: int | None, host_dir: str
-) -> None:
+def _session_main(sock_fd: int, sid: str, cfg: dict, family_uid: int | None, host_dir: str) -> None:
     zygote_pid = _cell_state["zygote_pid"] = cfg["zygote_pid"]
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -492,7 +490,9 @@ def _fork_branch(sock: socket.socket, sid: str, fds: list[int], ready: dict):
             os.close(fd)
         fds.clear()
         old = os.getcwd()
-        workdir = os.path.join(os.path.dirname(old), sid if ready["isolation"]["mount"] else f"s-{sid}")
+        workdir = os.path.join(
+            os.path.dirname(old), sid if ready["isolation"]["mount"] else f"s-{sid}"
+        )
         shutil.copytree(old, workdir, symlinks=True)
         _enter_workdir(workdir)
         _cell_state["session_pid"] = os.getpid()
@@ -777,6 +777,7 @@ def _prepare_isolation(enabled: bool) -> tuple[dict, iso.UidBlock | None]:
         mode["exposed"] = iso.expose_paths(needed)
         uids = iso.UidBlock()
         mode["uid"] = "family"
+        mode["uid_range"] = [uids.first, uids.first + uids.SIZE]
     mode["mount"] = True
     mode["readonly_root"] = iso.make_root_readonly()
     return mode, uids

@@ -67,8 +67,17 @@ from tirl.sandbox.api import SandboxClient, SandboxError, SessionBase
 from tirl.sandbox.result import ExecResult, Status
 
 DEFAULT_PRELOAD = (
-    "math", "cmath", "fractions", "decimal", "itertools", "functools", "collections", "random",
-    "statistics", "numpy", "sympy",
+    "math",
+    "cmath",
+    "fractions",
+    "decimal",
+    "itertools",
+    "functools",
+    "collections",
+    "random",
+    "statistics",
+    "numpy",
+    "sympy",
 )
 # Variables of the caller the zygote may see (it needs them to find Python packages).
 ZYGOTE_ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH")
@@ -114,7 +123,9 @@ class SandboxLimits:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}")
         if self.cpu_s is not None and (not isinstance(self.cpu_s, int) or self.cpu_s <= 0):
-            raise ValueError(f"SandboxLimits.cpu_s must be a positive int or None, got {self.cpu_s!r}")
+            raise ValueError(
+                f"SandboxLimits.cpu_s must be a positive int or None, got {self.cpu_s!r}"
+            )
 
 
 def _describe_exit(code: int | None) -> str:
