@@ -7,6 +7,7 @@ Time limits in these tests are short, and no assertion depends on wall-clock spe
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -545,3 +546,74 @@ def test_contract(check):
             await check(sb)
 
     run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# Without root: user namespaces stand in for it
+
+
+_UNPRIVILEGED_SCRIPT = """
+import asyncio, json
+from tirl.sandbox import Sandbox, SandboxLimits
+
+CELLS = {
+    "uid": "import os\\nprint(os.getuid())",
+    "root_is_readonly": "open('/usr/pwned', 'w')",
+    "interfaces": "print([l.split(':')[0].strip() for l in open('/proc/self/net/dev')][2:])",
+    "inet_socket": "import socket\\nsocket.socket(socket.AF_INET)",
+    "kill_everything": "import os\\nos.kill(-1, 9)",
+    "thread_bomb": "import threading, time\\n"
+    "while True:\\n    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()",
+}
+
+async def main():
+    limits = SandboxLimits(timeout_s=3, grace_s=0.3, memory_mb=512, max_processes=8)
+    async with Sandbox(limits, preload=("math",)) as sb:
+        out = {"zygote": sb.isolation}
+        sessions = [await sb.session(), await sb.session()]
+        out["session"] = sessions[0].isolation
+        for name, code in CELLS.items():
+            out[name] = (await sessions[0].run(code)).to_dict()
+        # RLIMIT_NPROC is per session: a second session still starts threads
+        out["second_thread"] = (await sessions[1].run(CELLS["thread_bomb"].replace("while True", "for _ in range(3)"))).to_dict()
+        print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as another user needs root")
+def test_an_unprivileged_caller_still_gets_namespaces_seccomp_and_process_limits():
+    from tirl.sandbox import _isolation as iso
+
+    nobody = 65534
+    python_paths = [sys.prefix, sys.base_prefix, *sys.path]
+
+    def become_nobody():  # runs in the child before exec; Python must stay reachable for nobody
+        if not iso.unshare(iso.CLONE_NEWNS):
+            os._exit(97)
+        iso.make_mounts_private()
+        iso.expose_paths(python_paths)
+        iso.become(nobody, nobody)
+
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _UNPRIVILEGED_SCRIPT],
+        preexec_fn=become_nobody,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd="/",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["zygote"]["uid"] == "caller" and out["zygote"]["mount"] is True
+    assert out["session"]["net"] is True and out["session"]["seccomp"] is True
+    assert out["uid"]["stdout"] == f"{nobody}\n"  # no fake root inside
+    assert "Read-only file system" in out["root_is_readonly"]["traceback"]
+    assert out["interfaces"]["stdout"] == "['lo']\n"
+    assert "PermissionError" in out["inet_socket"]["traceback"]
+    assert "PermissionError" in out["kill_everything"]["traceback"]
+    assert "can't start new thread" in out["thread_bomb"]["traceback"]
+    assert out["second_thread"]["status"] == "ok"

@@ -66,17 +66,21 @@ def unshare(flags: int) -> bool:
     return _libc.unshare(flags) == 0
 
 
-def map_own_ids(inside: int = 0) -> None:
-    """After unshare(CLONE_NEWUSER): map `inside` to the ids we had outside (the only mapping
-    an unprivileged process may write itself)."""
-    uid, gid = os.getuid(), os.getgid()
+def unshare_with_user_namespace(flags: int) -> bool:
+    """unshare(CLONE_NEWUSER | flags), keeping our uid and gid mapped to themselves (the only
+    mapping an unprivileged process may write itself; no fake root inside). The new user
+    namespace gives the capabilities the other new namespaces need to be set up."""
+    uid, gid = os.getuid(), os.getgid()  # once unshared, they read as the overflow id
+    if not unshare(CLONE_NEWUSER | flags):
+        return False
     for path, text in (
         ("/proc/self/setgroups", "deny"),
-        ("/proc/self/uid_map", f"{inside} {uid} 1"),
-        ("/proc/self/gid_map", f"{inside} {gid} 1"),
+        ("/proc/self/uid_map", f"{uid} {uid} 1"),
+        ("/proc/self/gid_map", f"{gid} {gid} 1"),
     ):
         with open(path, "w") as f:
             f.write(text)
+    return True
 
 
 def _bytes_or_none(s: str | None) -> bytes | None:
@@ -103,23 +107,32 @@ def make_mounts_private() -> None:
     mount(None, "/", None, MS_REC | MS_PRIVATE)
 
 
-def make_root_readonly() -> bool:
-    """Every mount under / becomes read-only, recursively (mount_setattr, Linux 5.12+).
-    Mounts made afterwards (a session's tmpfs) are writable."""
+class _MountAttr(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("set", "clr", "propagation", "userns_fd")]
 
-    class MountAttr(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_uint64) for n in ("set", "clr", "propagation", "userns_fd")]
 
-    attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+def _mount_setattr(path: str, recursive: bool, set_: int, clr: int) -> bool:
+    attr = _MountAttr(set_, clr, 0, 0)
     ret = _libc.syscall(
         ctypes.c_long(SYS_MOUNT_SETATTR),
         ctypes.c_int(AT_FDCWD),
-        ctypes.c_char_p(b"/"),
-        ctypes.c_uint(AT_RECURSIVE),
+        ctypes.c_char_p(path.encode()),
+        ctypes.c_uint(AT_RECURSIVE if recursive else 0),
         ctypes.byref(attr),
         ctypes.c_size_t(ctypes.sizeof(attr)),
     )
     return ret == 0
+
+
+def make_root_readonly() -> bool:
+    """Every mount under / becomes read-only, recursively (mount_setattr, Linux 5.12+), except
+    /proc itself: a process writes its own uid_map there to enter a user namespace, and procfs
+    checks its files' permissions on its own. Mounts made afterwards (a session's tmpfs) are
+    writable."""
+    if not _mount_setattr("/", True, MOUNT_ATTR_RDONLY, 0):
+        return False
+    _mount_setattr("/proc", False, 0, MOUNT_ATTR_RDONLY)
+    return True
 
 
 def mount_tmpfs(target: str, size_mb: int, uid: int, gid: int, mode: str = "0755") -> None:

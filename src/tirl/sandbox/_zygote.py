@@ -275,13 +275,10 @@ def _isolate_network() -> bool:
     """Without the zygote's mount namespace: a fresh network namespace, best effort."""
     if iso.unshare(iso.CLONE_NEWNET):
         return True
-    if not iso.unshare(iso.CLONE_NEWUSER | iso.CLONE_NEWNET):
-        return False
     try:
-        iso.map_own_ids(os.getuid())
+        return iso.unshare_with_user_namespace(iso.CLONE_NEWNET)
     except OSError:
-        pass
-    return True
+        return False
 
 
 def _close_other_fds(keep: int) -> None:
@@ -316,14 +313,15 @@ def _isolate(sid: str, cfg: dict, family_uid: int | None, host_dir: str) -> tupl
     if not mode["mount"]:
         return host_dir, {**mode, "net": _isolate_network()}
     flags = iso.CLONE_NEWNS | iso.CLONE_NEWNET | iso.CLONE_NEWIPC | iso.CLONE_NEWUTS
-    nested_user = family_uid is None  # not root: a user namespace per session, see below
-    if not iso.unshare(flags | (iso.CLONE_NEWUSER if nested_user else 0)):
+    if family_uid is None:
+        # Not root: a user namespace per session, because RLIMIT_NPROC counts per (user
+        # namespace, uid) and every session has the caller's uid.
+        entered = iso.unshare_with_user_namespace(flags)
+    else:
+        entered = iso.unshare(flags)
+    if not entered:
         raise OSError(f"unshare of the session's namespaces failed: {iso.last_error()}")
-    if nested_user:
-        # RLIMIT_NPROC counts per (user namespace, uid): its own namespace gives each session
-        # its own process count although every session has the caller's uid.
-        iso.map_own_ids(0)
-    owner = 0 if family_uid is None else family_uid
+    owner = os.getuid() if family_uid is None else family_uid
     workdir = _private_dirs(sid, cfg, owner)
     try:
         socket.sethostname("sandbox")
@@ -763,9 +761,7 @@ def _prepare_isolation(enabled: bool) -> tuple[dict, iso.UidBlock | None]:
     if is_root:
         entered = iso.unshare(iso.CLONE_NEWNS)
     else:
-        entered = iso.unshare(iso.CLONE_NEWUSER | iso.CLONE_NEWNS)
-        if entered:
-            iso.map_own_ids(0)
+        entered = iso.unshare_with_user_namespace(iso.CLONE_NEWNS)
     if not entered:
         return mode, None
     iso.make_mounts_private()
@@ -798,6 +794,8 @@ def main() -> None:
     try:
         for name in cfg["preload"]:
             importlib.import_module(name)
+        if cfg["warmup"]:
+            exec(compile(cfg["warmup"], "<warmup>", "exec"), {"__name__": "__warmup__"})
         cfg["isolation"], uids = _prepare_isolation(cfg["isolate"])
         # Without a mount namespace, session directories live on the host, under `base`.
         cfg["base"] = "" if cfg["isolation"]["mount"] else tempfile.mkdtemp(prefix="tirl-sandbox-")

@@ -15,30 +15,60 @@ a traceback of user frames (`<cell N>`), SystemExit included. On timeout the ses
 `grace_s`, its process group is killed and the session is dead (later runs return KILLED
 at once). MemoryError, typically from the memory rlimit, gives Status.MEMORY.
 
-What is isolated:
-- processes: each session is its own process and process group and dies with the zygote
-  (PR_SET_PDEATHSIG). The zygote gets SIGTERM when this process dies (PR_SET_PDEATHSIG; EOF on
-  its control socket does the same) and then kills every session's process group and removes
-  the working directories. It is a child subreaper, so subprocesses a cell leaves behind become
-  its children and are killed when the sandbox closes.
-- network: each session unshares into a new network namespace (only a down loopback; needs root
-  or user namespaces). `Session.net_isolated` says whether that worked; if not, the session has
-  the host network.
-- environment: sessions see only PATH, HOME, LANG and TMPDIR (set by us); the zygote itself
-  starts from a short allowlist of the caller's variables, so /proc/self/environ leaks nothing
-  else.
-- filesystem: only the cwd is private (a temporary directory, removed when the session ends).
-- resources: rlimits on data memory (RLIMIT_DATA, which counts the memory inherited from the
-  zygote), core dumps (0), file size, open files and, optionally, CPU seconds.
+Forks. `session.fork()` asks the session process to fork itself between cells: the branch
+starts with the same variables (copy-on-write, nothing re-executed) and a copy of the working
+directory, and is then an independent session. A session and its forks form a *family*.
 
-What is NOT isolated (a later issue adds user/mount namespaces, seccomp and cgroups):
-- the filesystem: a cell can read and write anything the calling user can (as root: everything).
-- users: sessions run as the calling user; as root they can raise their own rlimits.
-- processes: no pid namespace or pids limit; a fork bomb is not contained; a session can see and
-  signal other processes of the same user.
-- IPC, System V shared memory, abstract Unix sockets of the host's network namespace when the
-  netns unshare failed, and the CPU (no cgroup quota; use `cpu_s` for a per-session CPU cap).
-This is a guard against accidents by a model writing math code, not a security boundary.
+What is isolated, when the sandbox runs as root (`Sandbox.isolation` and `Session.isolation`
+report what was set up):
+- users: each family runs as its own uid, from a block of 65,536 uids above 2**31 that this
+  sandbox holds a lock on (so two sandboxes on one machine never share one). Families therefore
+  cannot signal, ptrace or read the /proc files of each other, of the zygote, or of anything
+  else on the machine; RLIMIT_NPROC (`max_processes`) binds per family; the kernel refuses to
+  raise hard rlimits. The session has no capabilities and no_new_privs is set.
+- filesystem: the zygote lives in its own mount namespace whose whole tree is read-only
+  (mount_setattr, Linux 5.12+); each session adds a private tmpfs on /tmp (size `disk_mb`,
+  its working directory is /tmp/<session id>) and on /dev/shm. Nothing a cell writes reaches
+  the host, and it all vanishes with the family. Directories on the way to Python's files
+  that others may not enter (pyenv under /root) are covered by an empty tmpfs holding bind
+  mounts of just those files, so the sessions can import but see nothing else there.
+- network: a network namespace per session: a loopback interface that is down, no routes, no
+  way to the host's loopback or its abstract Unix sockets. A seccomp filter also refuses
+  sockets of any family but AF_UNIX.
+- IPC and host name: own IPC and UTS namespaces.
+- syscalls: a seccomp filter (x86_64 and aarch64) refuses ptrace, mount, unshare/setns,
+  namespace flags on clone, keyctl, bpf, perf_event_open, io_uring, kexec/modules, clock and
+  host-name changes, kill(-1), and setting rlimits (see `_isolation.seccomp_program`).
+- processes: each session is its own process group; it dies with the zygote
+  (PR_SET_PDEATHSIG), which dies with this process. When the last session of a family ends,
+  the zygote kills every process of the family's uid, so children that left the session's
+  process group (setsid, double fork) do not outlive it. On timeout the whole process group
+  gets the interrupt.
+- environment: sessions see only PATH, HOME, LANG and TMPDIR (set by us); the zygote starts
+  from a short allowlist of the caller's variables.
+- resources: rlimits on data memory (RLIMIT_DATA, counting what is inherited from the zygote),
+  processes, core dumps (0), file size, open files and, optionally, CPU seconds.
+
+How it degrades:
+- not root: the zygote makes its own user namespace (if the kernel allows unprivileged ones)
+  and every session another one nested in it, so the mount, network, IPC and UTS isolation,
+  seccomp and a per-session RLIMIT_NPROC all still hold; but sessions keep the caller's uid,
+  so they can signal the caller's other processes (seccomp only refuses kill(-1)) and read
+  what the caller can read under the read-only root.
+- no user namespaces for unprivileged users, or `isolate=False`: sessions run as the caller,
+  with the host's filesystem (the working directory is a host directory removed at the end)
+  and network (unless a network namespace alone can be made); rlimits and the scrubbed
+  environment stay, nothing else.
+- kernels before 5.12 (no mount_setattr): the root stays writable to the uid the session runs
+  as (`isolation["readonly_root"]` is False).
+- other architectures: no seccomp filter (`isolation["seccomp"]` is False).
+What is never isolated: the CPU (no cgroup quota here: a busy cell slows its neighbours; use
+`cpu_s` for a per-session cap), memory across a family's processes (each is limited alone),
+the kernel itself (a kernel exploit escapes everything above), and processes are visible in
+/proc (no pid namespace). cgroups are not used, because this machine's controllers are v1 and
+a writable v2 hierarchy is rarely delegated to training jobs; that is the next step for memory
+and CPU limits per family. For hostile multi-tenant use, run the whole sandbox in a VM or
+gVisor as well.
 
 Determinism: the zygote runs with PYTHONHASHSEED=0; `random` (and numpy's global generator, if
 numpy is preloaded) are reseeded from OS entropy in every session, so sessions do not share a
@@ -79,6 +109,18 @@ DEFAULT_PRELOAD = (
     "numpy",
     "sympy",
 )
+# Run once in the zygote when sympy is preloaded, so sessions inherit sympy's caches warm: a
+# session's first sympy cell then costs milliseconds instead of tens of them, and the cache
+# pages are shared copy-on-write instead of being rebuilt in every session.
+SYMPY_WARMUP = """
+from sympy import (Rational, factor, expand, factorint, integrate, isprime, simplify, sin, cos,
+                   solve, sqrt, symbols, binomial, Matrix, nsimplify, diff, limit, oo, series)
+x, y = symbols("x y")
+factor(expand((x + 3) ** 6 - 1)); solve(x**2 - 5 * x + 6, x); simplify(sin(x)**2 + cos(x)**2)
+integrate(x**2 * sin(x), x); diff(x**3 * y, x); limit(sin(x) / x, x, 0); series(sin(x), x, 0, 6)
+Rational(3, 7) + Rational(1, 3); sqrt(8); isprime(1009); factorint(360); binomial(10, 3)
+Matrix([[1, 2], [3, 4]]).det(); nsimplify(0.5)
+"""
 # Variables of the caller the zygote may see (it needs them to find Python packages).
 ZYGOTE_ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH")
 START_TIMEOUT_S = 120.0  # zygote start, including preload imports
@@ -300,6 +342,10 @@ class Sandbox(SandboxClient):
     preload: modules the zygote imports once, so sessions start with them already in memory
         (cells still `import` them, at no cost). Heavy ones such as sympy pay off most here.
     pool_size: sessions forked ahead of time, so `session()` and `run_once()` need no fork.
+    isolate: False turns off the namespaces, per-family uids and seccomp (for debugging, or
+        where even trying them is unwelcome); rlimits and the scrubbed environment stay.
+    warmup: code the zygote runs once after the preloads (default: SYMPY_WARMUP when sympy is
+        preloaded); a failure in it stops the sandbox from starting.
     """
 
     def __init__(
@@ -308,11 +354,15 @@ class Sandbox(SandboxClient):
         preload: tuple[str, ...] = DEFAULT_PRELOAD,
         pool_size: int = 0,
         isolate: bool = True,
+        warmup: str | None = None,
     ) -> None:
         self.limits = limits or SandboxLimits()
         self.preload = tuple(preload)
         self.pool_size = pool_size
         self.isolate = isolate
+        if warmup is None and "sympy" in self.preload:
+            warmup = SYMPY_WARMUP
+        self.warmup = warmup or ""
         self.isolation: dict[str, Any] = {}  # what the zygote could set up; see the docstring
         self.zygote_pid: int | None = None
         self.workdir: str | None = None  # parent of the sessions' private directories
@@ -361,6 +411,7 @@ class Sandbox(SandboxClient):
             "preload": list(self.preload),
             "limits": asdict(self.limits),
             "isolate": self.isolate,
+            "warmup": self.warmup,
         }
         try:
             self._proc = await asyncio.create_subprocess_exec(
