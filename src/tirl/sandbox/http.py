@@ -1,0 +1,713 @@
+"""Sandbox sessions over HTTP: a server that wraps one local `Sandbox`, and a client for it.
+
+`tirl sandbox serve` runs `serve`: an aiohttp server in front of one `tirl.sandbox.local.Sandbox`
+(one zygote on that machine). Its JSON API:
+
+    POST   /v1/sessions               -> {"id": ...}            open a session
+    POST   /v1/sessions/{id}/run      {"code": str, "timeout_s": float | null}
+                                      -> ExecResult.to_dict()   header X-Tirl-Session-Alive: 1|0
+    POST   /v1/sessions/{id}/fork     -> {"id": ...}            copy-on-write branch
+    DELETE /v1/sessions/{id}          -> {"id": ..., "closed": true}
+    POST   /v1/run                    {"code", "timeout_s"} -> ExecResult.to_dict()  (stateless)
+    GET    /health                    -> status, live sessions, uptime, limits
+    GET    /metrics                   -> Prometheus text format
+
+Errors are JSON `{"error": "..."}`: 400 for a malformed request (the message names the field),
+404 for an unknown session, 409 when a session cannot be forked, 503 when the sandbox cannot
+open a session. A per-call `timeout_s` is capped at the server's `max_timeout_s`. Sessions
+idle for `idle_ttl_s` are closed, so a client that crashed does not leak processes.
+
+`HTTPSandbox` is the client (a `SandboxClient`). Given several server URLs (one per node), it
+opens each new session on the server with the fewest live sessions of this client and sends
+every later call on that session to the same server. A session whose server stops answering
+returns Status.KILLED and is not alive; `restore()` replays its history on a server that answers.
+
+Security: there is no authentication. Anyone who can reach the port can run code as the user
+that runs the server, which is why it binds 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from yarl import URL
+
+from tirl.sandbox.api import SandboxClient, SandboxError, SessionBase
+from tirl.sandbox.local import Sandbox, Session
+from tirl.sandbox.result import ExecResult, Status
+
+ALIVE_HEADER = "X-Tirl-Session-Alive"
+DEFAULT_MAX_TIMEOUT_S = 60.0
+DEFAULT_IDLE_TTL_S = 600.0
+MAX_REQUEST_BYTES = 16 << 20  # a cell's source; far above any real cell
+SHUTDOWN_TIMEOUT_S = 5.0  # in-flight requests get this long once the sandbox is closed
+CONTROL_TIMEOUT_S = 60.0  # open, fork, health: covers a zygote restart on the server
+CLOSE_TIMEOUT_S = 5.0
+RUN_MARGIN_S = 10.0  # HTTP timeout of a run = cell timeout + grace + this (kill, reap, network)
+DOWN_RETRY_S = 5.0  # a server that failed is not offered new sessions for this long
+CONNECT_TIMEOUT_S = 5.0
+# The client drops idle keep-alive connections after 15 s and the server after 75 s, so the
+# client never sends a request on a connection the server is closing at that very moment.
+CLIENT_KEEPALIVE_S = 15.0
+SERVER_KEEPALIVE_S = 75.0
+
+
+# -- server ------------------------------------------------------------------------------------
+
+
+def _json_error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+class _BadRequest(Exception):
+    """A malformed request; the message says which field is wrong and what was expected."""
+
+
+@dataclass
+class _Entry:
+    session: Session
+    last_used: float
+    busy: int = 0  # requests in flight; the idle reaper leaves busy sessions alone
+
+
+@dataclass
+class _Counters:
+    created: int = 0
+    forks: int = 0
+    closed: dict[str, int] = field(default_factory=lambda: {"client": 0, "idle": 0})
+    cells: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in Status})
+    cell_seconds: float = 0.0
+
+
+class SandboxServer:
+    """The HTTP API over one local `Sandbox`. `app()` gives the aiohttp application; `serve`
+    runs it. The sandbox is started on startup and closed on shutdown."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        max_timeout_s: float = DEFAULT_MAX_TIMEOUT_S,
+        idle_ttl_s: float = DEFAULT_IDLE_TTL_S,
+    ) -> None:
+        if not max_timeout_s > 0 or not idle_ttl_s > 0:
+            raise ValueError("max_timeout_s and idle_ttl_s must be positive")
+        self.sandbox = sandbox
+        self.max_timeout_s = max_timeout_s
+        self.idle_ttl_s = idle_ttl_s
+        self.started_at = time.monotonic()
+        self.counters = _Counters()
+        self._sessions: dict[str, _Entry] = {}
+        self._reaper: asyncio.Task | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES, middlewares=[_json_errors])
+        app.add_routes(
+            [
+                web.post("/v1/sessions", self.open_session),
+                web.post("/v1/sessions/{id}/run", self.run_cell),
+                web.post("/v1/sessions/{id}/fork", self.fork_session),
+                web.delete("/v1/sessions/{id}", self.close_session),
+                web.post("/v1/run", self.run_once),
+                web.get("/health", self.health),
+                web.get("/metrics", self.metrics),
+            ]
+        )
+        app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
+        return app
+
+    async def _on_startup(self, app: web.Application) -> None:
+        await self.sandbox.start()
+        self._reaper = asyncio.get_running_loop().create_task(self._reap_idle())
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        """Closing the sandbox first makes every in-flight cell return KILLED at once, so the
+        requests waiting on them finish before the shutdown timeout."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+        self._sessions.clear()
+        await self.sandbox.close()
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    async def open_session(self, request: web.Request) -> web.Response:
+        try:
+            session = await self.sandbox.session()
+        except SandboxError as e:
+            return _json_error(503, f"could not open a session: {e}")
+        self._register(session)
+        return web.json_response({"id": session.id})
+
+    async def run_cell(self, request: web.Request) -> web.Response:
+        try:
+            code, timeout_s = await self._parse_cell(request)
+        except _BadRequest as e:
+            return _json_error(400, str(e))
+        entry = self._lookup(request)  # after reading the body, so the reaper cannot interfere
+        if entry is None:
+            return self._unknown(request)
+        entry.busy += 1
+        try:
+            result = await entry.session.run(code, timeout_s)
+        finally:
+            entry.busy -= 1
+            entry.last_used = time.monotonic()
+        self._count(result)
+        alive = "1" if entry.session.alive else "0"
+        return web.json_response(result.to_dict(), headers={ALIVE_HEADER: alive})
+
+    async def fork_session(self, request: web.Request) -> web.Response:
+        entry = self._lookup(request)
+        if entry is None:
+            return self._unknown(request)
+        entry.busy += 1
+        try:
+            child = await entry.session.fork()
+        except SandboxError as e:
+            alive = "1" if entry.session.alive else "0"
+            return _json_error(409, str(e), headers={ALIVE_HEADER: alive})
+        finally:
+            entry.busy -= 1
+            entry.last_used = time.monotonic()
+        self._register(child)
+        self.counters.forks += 1
+        return web.json_response({"id": child.id})
+
+    async def close_session(self, request: web.Request) -> web.Response:
+        entry = self._sessions.pop(request.match_info["id"], None)
+        if entry is None:
+            return self._unknown(request)
+        await entry.session.close()
+        self.counters.closed["client"] += 1
+        return web.json_response({"id": entry.session.id, "closed": True})
+
+    async def run_once(self, request: web.Request) -> web.Response:
+        try:
+            code, timeout_s = await self._parse_cell(request)
+            result = await self.sandbox.run_once(code, timeout_s)
+        except _BadRequest as e:
+            return _json_error(400, str(e))
+        except SandboxError as e:
+            return _json_error(503, f"could not open a session: {e}")
+        self._count(result)
+        return web.json_response(result.to_dict())
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "status": "ok",
+                "sessions": len(self._sessions),
+                "uptime_s": round(time.monotonic() - self.started_at, 3),
+                "limits": asdict(self.sandbox.limits),
+                "max_timeout_s": self.max_timeout_s,
+                "idle_ttl_s": self.idle_ttl_s,
+                "preload": list(self.sandbox.preload),
+                "pool_size": self.sandbox.pool_size,
+                "pid": os.getpid(),
+            }
+        )
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            text=self._prometheus_text(), headers={"Content-Type": "text/plain; version=0.0.4"}
+        )
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _register(self, session: Session) -> None:
+        self._sessions[session.id] = _Entry(session, time.monotonic())
+        self.counters.created += 1
+
+    def _lookup(self, request: web.Request) -> _Entry | None:
+        return self._sessions.get(request.match_info["id"])
+
+    def _unknown(self, request: web.Request) -> web.Response:
+        sid = request.match_info["id"]
+        return _json_error(
+            404,
+            f"no session {sid!r} on this server: it was closed, closed after"
+            f" {self.idle_ttl_s:g} s idle, or never opened here",
+        )
+
+    async def _parse_cell(self, request: web.Request) -> tuple[str, float]:
+        """The `code` and the capped `timeout_s` of a run request, or _BadRequest."""
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise _BadRequest(f"the request body is not valid JSON ({e})") from None
+        if not isinstance(body, dict):
+            raise _BadRequest("the request body must be a JSON object with a 'code' field")
+        if "code" not in body:
+            raise _BadRequest("missing field 'code' (the Python source to run, a string)")
+        code = body["code"]
+        if not isinstance(code, str):
+            raise _BadRequest(f"field 'code' must be a string, got {_json_type(code)}")
+        timeout_s = body.get("timeout_s")
+        if timeout_s is None:
+            timeout_s = self.sandbox.limits.timeout_s
+        elif (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, (int, float))
+            or not math.isfinite(timeout_s)
+            or timeout_s <= 0
+        ):
+            raise _BadRequest(
+                "field 'timeout_s' must be a positive number of seconds or null,"
+                f" got {json.dumps(timeout_s)}"
+            )
+        return code, min(float(timeout_s), self.max_timeout_s)
+
+    def _count(self, result: ExecResult) -> None:
+        self.counters.cells[result.status.value] += 1
+        self.counters.cell_seconds += result.duration_s
+
+    async def _reap_idle(self) -> None:
+        """Close sessions nobody has used for `idle_ttl_s` (their client crashed or forgot)."""
+        interval = max(0.05, min(self.idle_ttl_s / 4, 30.0))
+        while True:
+            await asyncio.sleep(interval)
+            deadline = time.monotonic() - self.idle_ttl_s
+            for sid, entry in list(self._sessions.items()):
+                if entry.busy == 0 and entry.last_used < deadline:
+                    del self._sessions[sid]
+                    self.counters.closed["idle"] += 1
+                    await entry.session.close()
+
+    def _prometheus_text(self) -> str:
+        c = self.counters
+        families = [  # (name, type, help, {label set or suffix: value})
+            ("sessions_created_total", "counter", "Sessions opened, forks included.",
+             {"": c.created}),
+            ("sessions_closed_total", "counter", "Sessions closed by the client or the idle TTL.",
+             {f'{{reason="{r}"}}': n for r, n in c.closed.items()}),
+            ("sessions_live", "gauge", "Sessions open now.", {"": len(self._sessions)}),
+            ("forks_total", "counter", "Sessions forked.", {"": c.forks}),
+            ("cells_total", "counter", "Cells run (one-shot runs included), by status.",
+             {f'{{status="{s}"}}': n for s, n in c.cells.items()}),
+            ("cell_duration_seconds", "summary", "Wall-clock time of cells.",
+             {"_sum": c.cell_seconds, "_count": sum(c.cells.values())}),
+            ("uptime_seconds", "gauge", "Seconds since the server started.",
+             {"": time.monotonic() - self.started_at}),
+        ]  # fmt: skip
+        lines = []
+        for name, kind, help_, samples in families:
+            name = "tirl_sandbox_" + name
+            lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
+            lines += [f"{name}{suffix} {value}" for suffix, value in samples.items()]
+        return "\n".join(lines) + "\n"
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """aiohttp's own errors (no such route, wrong method, body too large) as JSON too."""
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        headers = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
+        message = f"{e.reason}: {request.method} {request.path}"
+        if e.status == 413:
+            message = f"{e.reason}: the request body exceeds {MAX_REQUEST_BYTES} bytes"
+        return _json_error(e.status, message, headers)
+
+
+def serve(
+    sandbox: Sandbox,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    max_timeout_s: float = DEFAULT_MAX_TIMEOUT_S,
+    idle_ttl_s: float = DEFAULT_IDLE_TTL_S,
+) -> None:
+    """Serve `sandbox` until SIGTERM or SIGINT, then close it (no process is left behind).
+
+    Prints `tirl sandbox: listening on http://HOST:PORT` once connections are accepted (with
+    port 0, PORT is the one the OS picked). Raises SandboxError if it cannot listen."""
+    asyncio.run(_serve(SandboxServer(sandbox, max_timeout_s, idle_ttl_s), host, port))
+
+
+async def _serve(server: SandboxServer, host: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(
+        server.app(),
+        access_log=None,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        keepalive_timeout=SERVER_KEEPALIVE_S,
+    )
+    try:
+        await runner.setup()  # starts the sandbox (on_startup)
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as e:
+            raise SandboxError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        bound_port = runner.addresses[0][1]
+        url_host = f"[{host}]" if ":" in host else host
+        print(f"tirl sandbox: listening on http://{url_host}:{bound_port}", flush=True)
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            print(
+                f"tirl sandbox: warning: listening on {host}: there is no authentication, so"
+                " anyone who can reach this port can run code as this user on this machine",
+                file=sys.stderr,
+                flush=True,
+            )
+        await stop.wait()
+        print("tirl sandbox: stopping", file=sys.stderr, flush=True)
+    finally:
+        await runner.cleanup()  # stops listening, closes the sandbox (on_shutdown)
+        await server.sandbox.close()  # in case startup failed half way
+
+
+# -- client ------------------------------------------------------------------------------------
+
+
+class _Unreachable(SandboxError):
+    """The server did not answer. `sent`: the request may have reached it (and run)."""
+
+    def __init__(self, message: str, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+@dataclass(eq=False)
+class _Server:
+    """One server as the client sees it: what it told us at /health and what we opened there."""
+
+    url: str
+    timeout_s: float | None = None  # its default cell timeout (None until /health answered)
+    grace_s: float = 0.0
+    max_timeout_s: float = DEFAULT_MAX_TIMEOUT_S
+    down_until: float = 0.0  # monotonic time before which it gets no new sessions
+    sessions: set[HTTPSession] = field(default_factory=set)  # alive sessions of this client
+    opening: int = 0  # sessions being opened right now
+
+    @property
+    def load(self) -> int:
+        return len(self.sessions) + self.opening
+
+    def cell_deadline(self, timeout_s: float | None) -> float:
+        """How long a run request may take before the client gives up on the server."""
+        cell = self.timeout_s if timeout_s is None else timeout_s
+        return min(cell or self.max_timeout_s, self.max_timeout_s) + self.grace_s + RUN_MARGIN_S
+
+
+def _normalize_url(url: str) -> str:
+    parsed = URL(url)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"a sandbox server URL looks like http://127.0.0.1:8765, got {url!r}")
+    return str(parsed.origin())
+
+
+class HTTPSandbox(SandboxClient):
+    """Sessions on one or more `tirl sandbox serve` servers (one URL per node).
+
+    A new session goes to the server with the fewest live sessions opened by this client (ties:
+    round-robin); all its later calls go to that server. Use as `async with HTTPSandbox(url):`.
+    """
+
+    def __init__(self, urls: str | Sequence[str]) -> None:
+        urls = [urls] if isinstance(urls, str) else list(urls)
+        if not urls:
+            raise ValueError("HTTPSandbox needs at least one server URL")
+        self.servers = [_Server(_normalize_url(u)) for u in urls]
+        self._sessions: set[HTTPSession] = set()  # not closed yet; closed with the client
+        self._http: aiohttp.ClientSession | None = None
+        self._rr = 0
+
+    async def start(self) -> None:
+        """Open the HTTP connection pool and ask every server for its limits. Raises
+        SandboxError if no server answers."""
+        if self._http is not None:
+            return
+        self._http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=CLIENT_KEEPALIVE_S),
+            trust_env=False,  # never route through a proxy from the environment
+        )
+        errors = await asyncio.gather(*(self._fetch_info(s) for s in self.servers))
+        if all(errors):
+            await self.close()
+            raise SandboxError("no sandbox server answered: " + "; ".join(errors))
+
+    async def close(self) -> None:
+        """Close every session this client opened, then the connection pool."""
+        sessions = list(self._sessions)
+        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def session(self) -> HTTPSession:
+        await self.start()
+        server, remote_id = await self._open()
+        return HTTPSession(self, server, remote_id)
+
+    async def run_once(self, code: str, timeout_s: float | None = None) -> ExecResult:
+        """One stateless request to the least loaded server that answers."""
+        if not isinstance(code, str):
+            raise TypeError(f"code must be str, not {type(code).__name__}")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        await self.start()
+        errors = []
+        for server in self._candidates():
+            start = time.monotonic()
+            body = {"code": code, "timeout_s": timeout_s}
+            try:
+                status, data, _ = await self._call(
+                    server, "POST", "/v1/run", body, server.cell_deadline(timeout_s)
+                )
+            except _Unreachable as e:
+                if e.sent:  # the cell may have run: do not run it twice
+                    return ExecResult(Status.KILLED, duration_s=_since(start), detail=str(e))
+                errors.append(str(e))
+                continue
+            if status == 503:  # it could not open a session: the cell did not run
+                errors.append(f"the sandbox server at {server.url} answered: {_error(data)}")
+                continue
+            return _to_result(server, status, data, _since(start))
+        return ExecResult(Status.KILLED, detail="; ".join(errors))
+
+    async def stats(self) -> dict[str, Any]:
+        now = time.monotonic()
+        return {
+            "servers": [
+                {"url": s.url, "live_sessions": len(s.sessions), "up": s.down_until <= now}
+                for s in self.servers
+            ]
+        }
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _candidates(self, prefer: _Server | None = None) -> list[_Server]:
+        """Servers in the order to try: ones that have not failed lately first, fewest live
+        sessions first, ties in round-robin order; `prefer` first if it has not failed."""
+        self._rr = (self._rr + 1) % len(self.servers)
+        rotated = self.servers[self._rr :] + self.servers[: self._rr]
+        now = time.monotonic()
+        order = sorted(rotated, key=lambda s: (s.down_until > now, s.load))
+        if prefer is not None and prefer.down_until <= now:
+            order.remove(prefer)
+            order.insert(0, prefer)
+        return order
+
+    async def _open(self, prefer: _Server | None = None) -> tuple[_Server, str]:
+        """Open a session on the first candidate server that can; SandboxError if none can."""
+        errors = []
+        for server in self._candidates(prefer):
+            server.opening += 1
+            try:
+                if server.timeout_s is None and (error := await self._fetch_info(server)):
+                    errors.append(error)
+                    continue
+                status, data, _ = await self._call(server, "POST", "/v1/sessions")
+            except _Unreachable as e:
+                errors.append(str(e))
+                continue
+            finally:
+                server.opening -= 1
+            if status == 200:
+                return server, data["id"]
+            errors.append(f"the sandbox server at {server.url} answered {status}: {_error(data)}")
+        raise SandboxError("could not open a sandbox session: " + "; ".join(errors))
+
+    async def _fetch_info(self, server: _Server) -> str:
+        """Learn the server's limits from /health; returns an error message, or "" if fine."""
+        try:
+            status, data, _ = await self._call(server, "GET", "/health")
+            if status != 200:
+                return f"the sandbox server at {server.url} answered {status}: {_error(data)}"
+            server.timeout_s = float(data["limits"]["timeout_s"])
+            server.grace_s = float(data["limits"]["grace_s"])
+            server.max_timeout_s = float(data["max_timeout_s"])
+        except _Unreachable as e:
+            return str(e)
+        except (KeyError, TypeError, ValueError):
+            return f"{server.url} does not look like a tirl sandbox server (bad /health)"
+        return ""
+
+    async def _call(
+        self,
+        server: _Server,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        timeout_s: float = CONTROL_TIMEOUT_S,
+    ) -> tuple[int, dict[str, Any], str | None]:
+        """One request: (HTTP status, JSON body, alive header). Raises _Unreachable when the
+        server cannot be reached or does not answer in time, and marks it down."""
+        if self._http is None:
+            raise _Unreachable("the HTTPSandbox client is closed", sent=False)
+        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=CONNECT_TIMEOUT_S)
+        try:
+            async with self._http.request(
+                method, server.url + path, json=body, timeout=timeout
+            ) as resp:
+                try:
+                    data = await resp.json(content_type=None)
+                except ValueError:
+                    data = {"error": f"not JSON: {(await resp.text())[:200]!r}"}
+                server.down_until = 0.0
+                alive = resp.headers.get(ALIVE_HEADER)
+                return resp.status, data if isinstance(data, dict) else {}, alive
+        except asyncio.TimeoutError:
+            error = _Unreachable(
+                f"the sandbox server at {server.url} did not answer within {timeout_s:g} s",
+                sent=True,
+            )
+        except aiohttp.ClientConnectorError as e:
+            error = _Unreachable(
+                f"the sandbox server at {server.url} is unreachable: {e}", sent=False
+            )
+        except (aiohttp.ClientError, OSError) as e:
+            error = _Unreachable(
+                f"lost the connection to the sandbox server at {server.url}"
+                f" ({type(e).__name__}: {e})",
+                sent=True,
+            )
+        server.down_until = time.monotonic() + DOWN_RETRY_S
+        raise error
+
+
+def _error(data: dict[str, Any]) -> str:
+    return str(data.get("error") or data)
+
+
+def _since(start: float) -> float:
+    return time.monotonic() - start
+
+
+def _to_result(server: _Server, status: int, data: dict[str, Any], duration: float) -> ExecResult:
+    """The ExecResult in a run response; KILLED with the reason when there is none. The
+    duration is the caller's (round trip included), as `ExecResult` documents."""
+    if status == 200:
+        try:
+            return replace(ExecResult.from_dict(data), duration_s=duration)
+        except (KeyError, TypeError, ValueError):
+            pass
+    detail = f"the sandbox server at {server.url} answered {status}: {_error(data)}"
+    return ExecResult(Status.KILLED, duration_s=duration, detail=detail)
+
+
+class HTTPSession(SessionBase):
+    """A session on one server. `id` stays the same for the life of this object, even when
+    `restore()` rebuilds it as `remote_id` on another server (`url`)."""
+
+    def __init__(self, client: HTTPSandbox, server: _Server, remote_id: str) -> None:
+        self.id = remote_id
+        self.remote_id = remote_id
+        self.history: list[str] = []
+        self._client = client
+        self._server = server
+        self._lost: str | None = None  # why the client gave up on the server session
+        self._remote_alive = True  # what the server said after the last run
+        self._closed = False
+        server.sessions.add(self)
+        client._sessions.add(self)
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self._lost is None and self._remote_alive
+
+    async def _execute(self, code: str, timeout_s: float | None) -> ExecResult:
+        if self._closed:
+            return ExecResult(Status.KILLED, detail="the session was closed")
+        if self._lost is not None:
+            return ExecResult(Status.KILLED, detail=self._lost)
+        # A session the server reported dead still goes to the server: it answers KILLED at
+        # once with the reason it died, exactly as a local session does.
+        start = time.monotonic()
+        server = self._server
+        body = {"code": code, "timeout_s": timeout_s}
+        path = f"/v1/sessions/{self.remote_id}/run"
+        try:
+            status, data, alive = await self._client._call(
+                server, "POST", path, body, server.cell_deadline(timeout_s)
+            )
+        except _Unreachable as e:
+            self._lose(str(e))
+            return ExecResult(Status.KILLED, duration_s=_since(start), detail=str(e))
+        result = _to_result(server, status, data, _since(start))
+        if status != 200:
+            self._lose(result.detail)
+        elif alive == "0":
+            self._remote_alive = False
+            server.sessions.discard(self)
+        return result
+
+    async def _branch(self) -> HTTPSession:
+        server = self._server
+        try:
+            status, data, alive = await self._client._call(
+                server, "POST", f"/v1/sessions/{self.remote_id}/fork"
+            )
+        except _Unreachable as e:
+            self._lose(str(e))
+            raise
+        if status == 200:
+            return HTTPSession(self._client, server, data["id"])
+        if status == 404:
+            self._lose(f"the sandbox server at {server.url} no longer has this session")
+        elif alive == "0":
+            self._remote_alive = False
+            server.sessions.discard(self)
+        raise SandboxError(f"session {self.id} could not be forked: {_error(data)}")
+
+    async def _replace(self) -> None:
+        """Open a fresh server session, on the same server if it has not failed lately."""
+        await self._delete_remote()
+        try:
+            self._server, self.remote_id = await self._client._open(prefer=self._server)
+        except SandboxError as e:
+            self._lost = f"it could not be restored: {e}"
+            raise
+        self._lost, self._remote_alive, self._closed = None, True, False
+        self._server.sessions.add(self)
+        self._client._sessions.add(self)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._client._sessions.discard(self)
+        await self._delete_remote()
+
+    def _lose(self, reason: str) -> None:
+        """Give up on the server session (its server is gone or no longer knows it)."""
+        if self._lost is None:
+            self._lost = reason
+        self._server.sessions.discard(self)
+
+    async def _delete_remote(self) -> None:
+        """Best effort: a server that does not answer closes the session after its idle TTL."""
+        self._server.sessions.discard(self)
+        if self._lost is not None:
+            return
+        self._lost = "the session was closed"
+        try:
+            path = f"/v1/sessions/{self.remote_id}"
+            await self._client._call(self._server, "DELETE", path, None, CLOSE_TIMEOUT_S)
+        except _Unreachable:
+            pass
