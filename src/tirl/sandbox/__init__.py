@@ -1,10 +1,17 @@
-"""Run model-written Python in stateful, resource-limited sessions.
+"""Run model-written Python in stateful, isolated, resource-limited sessions.
 
-`Sandbox` forks sessions from a warm zygote process; `Session.run` executes one cell and returns
-an `ExecResult`; `format_result` turns that into the exact text the model sees. Read the
-docstring of `tirl.sandbox.local` for what is and is not isolated.
+One interface (`tirl.sandbox.api`: `SandboxClient`, `SessionBase`) over three transports:
+
+- `Sandbox` (this machine): sessions forked from a warm zygote; read `tirl.sandbox.local` for
+  what is and is not isolated;
+- `tirl.sandbox.http.HTTPSandbox`: sessions on `tirl sandbox serve` servers;
+- `tirl.sandbox.ray_pool.RaySandboxPool`: sessions on a pool of Ray actors.
+
+`session.run` executes one cell and returns an `ExecResult`; `format_result` turns that into the
+exact text the model sees.
 """
 
+from tirl.sandbox.api import RestoreError, SandboxClient, SandboxError, SessionBase
 from tirl.sandbox.formatter import FORMATTER_VERSION, format_result
 from tirl.sandbox.local import Sandbox, SandboxLimits, Session
 from tirl.sandbox.result import ExecResult, Status
@@ -12,9 +19,13 @@ from tirl.sandbox.result import ExecResult, Status
 __all__ = [
     "FORMATTER_VERSION",
     "ExecResult",
+    "RestoreError",
     "Sandbox",
+    "SandboxClient",
+    "SandboxError",
     "SandboxLimits",
     "Session",
+    "SessionBase",
     "Status",
     "format_result",
 ]

@@ -789,6 +789,9 @@ def main() -> None:
     if os.getppid() != cfg["parent_pid"]:
         os._exit(1)
     iso.prctl(iso.PR_SET_CHILD_SUBREAPER, 1)
+    # A caller that starts the sandbox from a thread (a Ray actor's event loop, say) may have
+    # signals blocked, and exec keeps the mask: sessions must get their timeout interrupt.
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     cfg["zygote_pid"] = os.getpid()
     try:

@@ -1,0 +1,590 @@
+"""Stateful Python sessions on a pool of Ray actors, for rollouts spread over a cluster.
+
+How it works. Each `SandboxActor` is an async Ray actor that owns one local `Sandbox` (a zygote
+process and its forked sessions, see `tirl.sandbox.local`). `RaySandboxPool` starts
+`num_actors` of them with Ray's SPREAD strategy, so on a cluster they land on different nodes
+(one per CPU node is the intended layout, see ../shared/research/sandboxes.md 7.4). A new
+session goes to the actor with the fewest live sessions and stays pinned there: the pool keeps
+the session id -> actor map on the caller's side, and every `run` of a `RaySession` is one actor
+call (routing by session id). Session ids are made by the caller, so a session keeps its id when
+`restore()` rebuilds it on another actor.
+
+Resources. The actor reserves `num_cpus=0` by default. A math cell spends most of its life idle
+while the model writes the next turn, so reserving a CPU per actor (or per session) would keep
+training tasks from being scheduled for no gain. CPU use is bounded per session by
+`SandboxLimits.cpu_s` if needed. Pass `num_cpus=` (or `actor_options`) to reserve more when cells
+are CPU-heavy and the cluster's CPUs are oversubscribed.
+
+Failures. Every remote call is bounded by `asyncio.wait_for` (cell timeout + grace + margin), so
+nothing waits forever on a lost actor. When an actor dies (node lost, OOM killer, `ray.kill`),
+every call on its sessions returns `Status.KILLED` with `detail` "the sandbox actor ... died:
+...", and `alive` turns False for all of them; the pool starts a fresh actor in its place for new
+sessions. `restore()` recreates such a session on a live actor and replays its client-side
+history (see `tirl.sandbox.api.SessionBase`). A stateless `run_once` whose actor dies returns
+KILLED and is not retried: the cell itself may be what killed it.
+
+Network safety on one machine. `init_local_ray()` starts a single-machine cluster that only ever
+talks over loopback (`RaySandboxPool.start()` calls it when Ray is not initialized yet). Plain
+`ray.init()` is not loopback-only, even with `_node_ip_address="127.0.0.1"` (checked in Ray
+2.60's source and with strace in an isolated network namespace):
+- `ray.init` passes that address through `resolve_ip_for_localhost`, which turns a loopback
+  address into `node_ip_address_from_perspective()`: a UDP `connect()` to 8.8.8.8:53 (or
+  [2001:4860:4860::8888]:53) to learn the outgoing interface's address, which then becomes the
+  node address, so GCS, raylet and workers talk over the external interface. We make Ray's
+  `get_node_ip_address` return the loopback address instead (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+  for Ray's processes, the same constant patched in this process for the duration of `ray.init`).
+- even with `include_dashboard=False`, Ray starts a minimal dashboard process for its usage-stats
+  module, which probes cloud metadata services (http://169.254.169.254, a DNS lookup of
+  metadata.google.internal) whether or not usage stats are enabled. Ray's processes get an HTTP
+  proxy on a closed loopback port, with loopback itself exempt, so those requests fail locally.
+- RAY_USAGE_STATS_ENABLED=0 keeps Ray from reporting usage to usage-stats.ray.io, and
+  RAY_USAGE_STATS_REPORT_URL points at the closed loopback port in case a report is sent anyway
+  (a cluster started by `ray start` sends one "disabled" report even when usage stats are off).
+The result was checked by tracing every process's connect/sendto calls while this module's tests
+ran: only 127.0.0.1 appeared.
+Sessions inherit none of this: the zygote starts from an allowlist of variables, and each
+session has its own network namespace where that works (see `tirl.sandbox.local`).
+
+On a real cluster. Start Ray on every node first (`ray start --head --disable-usage-stats`, then
+`ray start --address=HEAD:6379` on the others; tirl must be importable on every node), then in
+the trainer::
+
+    ray.init(address="auto")
+    async with RaySandboxPool(num_actors=len(ray.nodes()), limits=SandboxLimits(...)) as pool:
+        session = await pool.session()
+
+Ray then uses the nodes' real addresses, by design: the loopback-only rule above is for the
+single-machine setup. Do not give a multi-node cluster the proxy variables (gRPC honours them
+too, and the nodes would not reach each other). Its dashboard probes the cloud metadata service
+and sends one "usage stats disabled" report, unless RAY_USAGE_STATS_REPORT_URL points elsewhere.
+
+Not covered: an actor that restarts (the pool uses max_restarts=0 and replaces it instead);
+back-pressure (a busy actor queues up to `max_concurrency` calls); fork across actors (a fork
+always lives on its parent's actor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import re
+import secrets
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import ray
+import ray.exceptions
+
+from tirl.sandbox.api import SandboxClient, SandboxError, SessionBase
+from tirl.sandbox.local import (
+    DEFAULT_PRELOAD,
+    EXIT_WAIT_S,
+    START_TIMEOUT_S,
+    Sandbox,
+    SandboxLimits,
+    Session,
+)
+from tirl.sandbox.result import ExecResult, Status
+
+MAX_CONCURRENCY = 1000  # concurrent calls per actor: cells mostly wait, so many can be in flight
+RPC_MARGIN_S = 30.0  # added to every remote call's own bound before it counts as lost
+ACTOR_START_S = 60.0  # a Ray worker process start, on top of the zygote's START_TIMEOUT_S
+# A proxy on a loopback port where nothing listens: HTTP requests by Ray's own processes fail
+# there instead of reaching cloud metadata services. Port 9 is "discard".
+DEAD_PROXY = "http://127.0.0.1:9"
+LOOPBACK_NAMES = "127.0.0.1,localhost,::1"
+
+
+# -- a loopback-only local cluster -------------------------------------------------------------
+
+
+def _loopback_env() -> dict[str, str]:
+    """Variables that keep Ray's own processes (GCS, raylet, dashboard, workers) on loopback.
+
+    Only for a single-machine cluster: gRPC honours the proxy variables as well, and goes
+    direct only to the loopback names in no_proxy."""
+    env = {
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_USAGE_STATS_REPORT_URL": DEAD_PROXY + "/",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # get_node_ip_address -> loopback, no 8.8.8.8
+        "no_proxy": LOOPBACK_NAMES,
+        "NO_PROXY": LOOPBACK_NAMES,
+    }
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        env[name] = DEAD_PROXY
+    return env
+
+
+@contextlib.contextmanager
+def _loopback_only() -> Iterator[None]:
+    """Set `_loopback_env()` and Ray's ENABLE_RAY_CLUSTER constant, and put both back after.
+
+    The processes `ray.init` starts inherit the variables; this process keeps its own. The
+    constant is patched too because Ray read the variable when it was first imported."""
+    from ray._private import ray_constants
+
+    saved_env = {k: os.environ.get(k) for k in _loopback_env()}
+    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ.update(_loopback_env())
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def init_local_ray(num_cpus: int | None = None, **ray_init_kwargs: Any) -> None:
+    """Start a single-machine Ray cluster that sends nothing outside 127.0.0.0/8.
+
+    Extra keyword arguments go to `ray.init`. Raises SandboxError (after shutting Ray down) if
+    Ray still chose a non-loopback node address, which would mean its internals changed."""
+    with _loopback_only():
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            **ray_init_kwargs,
+        )
+    address = ray.util.get_node_ip_address()
+    if not address.startswith("127."):
+        ray.shutdown()
+        raise SandboxError(
+            f"Ray chose the node address {address} instead of a loopback one; refusing to run"
+            " a local cluster that is reachable from the network"
+        )
+
+
+# -- the actor ---------------------------------------------------------------------------------
+
+
+@ray.remote
+class SandboxActor:
+    """One local `Sandbox` inside a Ray actor; sessions are addressed by ids the caller makes.
+
+    Runs as an async actor: every method is a coroutine on the actor's event loop, where the
+    sandbox is started (lazily, by `ready`). Results cross the wire as `ExecResult.to_dict()`.
+    """
+
+    def __init__(self, limits: SandboxLimits, preload: tuple[str, ...], pool_size: int) -> None:
+        self._sandbox = Sandbox(limits, preload=preload, pool_size=pool_size)
+        self._sessions: dict[str, Session] = {}
+        self._cells: Counter[str] = Counter()
+
+    async def ready(self) -> dict[str, Any]:
+        """Start the sandbox (zygote and preloads) and say where this actor runs."""
+        # Ray runs this loop in a thread that blocks SIGINT; the zygote clears the mask it
+        # inherits, so cells still get their timeout interrupt.
+        await self._sandbox.start()
+        return {
+            "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "zygote_pid": self._sandbox.zygote_pid,
+        }
+
+    async def create(self, sid: str) -> str:
+        if sid in self._sessions:
+            raise SandboxError(f"session id {sid} is already in use on this sandbox actor")
+        self._sessions[sid] = await self._sandbox.session()
+        return sid
+
+    async def run(self, sid: str, code: str, timeout_s: float | None) -> dict[str, Any]:
+        """`ExecResult.to_dict()` plus "alive": whether the session survived the cell."""
+        session = self._sessions.get(sid)
+        if session is None:
+            detail = f"there is no session {sid} on this sandbox actor (closed or never created)"
+            result, alive = ExecResult(Status.KILLED, detail=detail), False
+        else:
+            # `_execute`, not `run`: the caller validated the arguments and keeps the history.
+            result, alive = await session._execute(code, timeout_s), session.alive
+        self._cells[result.status.value] += 1
+        return {**result.to_dict(), "alive": alive}
+
+    async def fork(self, sid: str, child_sid: str) -> str:
+        parent = self._sessions.get(sid)
+        if parent is None:
+            raise SandboxError(f"there is no session {sid} on this sandbox actor to fork")
+        if child_sid in self._sessions:
+            raise SandboxError(f"session id {child_sid} is already in use on this sandbox actor")
+        self._sessions[child_sid] = await parent.fork()
+        return child_sid
+
+    async def close(self, sid: str) -> None:
+        session = self._sessions.pop(sid, None)
+        if session is not None:
+            await session.close()
+
+    async def run_once(self, code: str, timeout_s: float | None) -> dict[str, Any]:
+        result = await self._sandbox.run_once(code, timeout_s)
+        self._cells[result.status.value] += 1
+        return result.to_dict()
+
+    async def stats(self) -> dict[str, Any]:
+        live = {sid: s for sid, s in self._sessions.items() if s.alive}
+        return {
+            "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "zygote_pid": self._sandbox.zygote_pid,
+            "sessions": len(live),
+            "session_pids": {sid: s.pid for sid, s in live.items()},
+            "cells": dict(self._cells),
+        }
+
+    async def shutdown(self) -> None:
+        """Kill every session and the zygote before the actor itself is killed."""
+        self._sessions.clear()
+        await self._sandbox.close()
+
+
+# -- the caller's side -------------------------------------------------------------------------
+
+
+class _ActorGone(SandboxError):
+    """The actor behind a slot died or stopped answering; its sessions are lost."""
+
+
+# Lines of Ray's error messages that identify the actor, which the slot's label already does.
+_RAY_ID_LINE = re.compile(r"^(class_name|actor_id|pid|name|namespace|ip):")
+
+
+def _short(error: BaseException, limit: int = 300) -> str:
+    """Ray's messages span many lines; keep one short line for `ExecResult.detail`."""
+    lines = (line.strip() for line in str(error).splitlines())
+    text = " ".join(line for line in lines if line and not _RAY_ID_LINE.match(line))
+    text = text or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def _await_ref(ref: ray.ObjectRef, timeout: float, cancel: bool) -> Any:
+    """Await a Ray result from whichever event loop is running. With `cancel`, a timeout or a
+    cancelled caller also cancels the remote call (for a cell: interrupts it, killing its
+    session); without, the remote call finishes on its own (bounded on the actor's side)."""
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
+    except (asyncio.TimeoutError, asyncio.CancelledError):
+        if cancel:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
+        raise
+
+
+class _ActorSlot:
+    """One sandbox actor as the pool sees it: its handle, where it runs, and its sessions.
+
+    Holds no asyncio objects, so a pool can be used from one event loop after another."""
+
+    def __init__(self, index: int, handle: ray.actor.ActorHandle) -> None:
+        self.index = index
+        self.handle = handle
+        self.ready_ref = handle.ready.remote()
+        self.info: dict[str, Any] | None = None  # what `ready` returned
+        self.dead_reason: str | None = None
+        self.session_ids: set[str] = set()  # sessions placed here (and run_once calls running)
+
+    @property
+    def label(self) -> str:
+        if self.info is None:
+            return f"sandbox actor {self.index}"
+        node = self.info["node_id"][:8]
+        return f"sandbox actor {self.index} (pid {self.info['pid']} on node {node})"
+
+    async def wait_ready(self) -> None:
+        """Wait until the actor runs its sandbox; one that does not start in time is dead."""
+        if self.info is not None:
+            return
+        bound = START_TIMEOUT_S + ACTOR_START_S
+        try:
+            self.info = await self._call_ref(self.ready_ref, bound, cancel=False)
+        except asyncio.TimeoutError as e:
+            if self.dead_reason is None:
+                self.dead_reason = f"it did not start its sandbox within {bound:.0f} s"
+                self.kill()
+            raise _ActorGone(f"the {self.label} died: {self.dead_reason}") from e
+
+    async def call(self, method: str, *args: Any, timeout: float, cancel: bool = False) -> Any:
+        """One remote call. Raises _ActorGone if the actor is (or turns out to be) dead,
+        SandboxError if the method raised, asyncio.TimeoutError if it did not answer in time."""
+        if self.dead_reason is not None:
+            raise _ActorGone(f"the {self.label} died: {self.dead_reason}")
+        await self.wait_ready()
+        ref = getattr(self.handle, method).remote(*args)
+        return await self._call_ref(ref, timeout, cancel)
+
+    async def _call_ref(self, ref: ray.ObjectRef, timeout: float, cancel: bool) -> Any:
+        try:
+            return await _await_ref(ref, timeout, cancel)
+        except ray.exceptions.RayTaskError as e:  # the method raised; the actor lives on
+            if ref is self.ready_ref:
+                self.dead_reason = f"it failed to start its sandbox: {_short(e.cause or e)}"
+                raise _ActorGone(f"the {self.label} died: {self.dead_reason}") from e
+            raise SandboxError(f"the {self.label} failed: {_short(e.cause or e)}") from e
+        except ray.exceptions.RayError as e:  # the actor, its worker or its node is gone
+            if self.dead_reason is None:
+                self.dead_reason = _short(e)
+            raise _ActorGone(f"the {self.label} died: {self.dead_reason}") from e
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            ray.kill(self.handle, no_restart=True)
+
+
+class RaySession(SessionBase):
+    """A session pinned to one sandbox actor. Create with `await pool.session()`.
+
+    `id` is stable across `restore()`, which may move the session to another actor."""
+
+    def __init__(self, pool: RaySandboxPool, sid: str, slot: _ActorSlot) -> None:
+        self.id = sid
+        self.history: list[str] = []
+        self._pool = pool
+        self._slot = slot
+        self._dead_reason: str | None = None
+        self._closed = False
+
+    @property
+    def alive(self) -> bool:
+        return self._dead_reason is None and self._slot.dead_reason is None
+
+    @property
+    def actor(self) -> ray.actor.ActorHandle:
+        """The Ray actor this session lives on (another one after a restore)."""
+        return self._slot.handle
+
+    def _mark_dead(self, reason: str) -> None:
+        """Remember why; a dead session no longer counts as load on its actor."""
+        if self._dead_reason is None:
+            self._dead_reason = reason
+        self._slot.session_ids.discard(self.id)
+
+    def _killed(self, reason: str, started: float) -> ExecResult:
+        self._mark_dead(reason)
+        return ExecResult(Status.KILLED, duration_s=time.monotonic() - started, detail=reason)
+
+    async def _execute(self, code: str, timeout_s: float | None) -> ExecResult:
+        started = time.monotonic()
+        if not self.alive:
+            reason = self._dead_reason or f"the {self._slot.label} died: {self._slot.dead_reason}"
+            return self._killed(reason, started)
+        bound = self._pool._run_bound(timeout_s)
+        try:
+            d = await self._slot.call("run", self.id, code, timeout_s, timeout=bound, cancel=True)
+        except _ActorGone as e:
+            return self._killed(str(e), started)
+        except SandboxError as e:
+            return self._killed(f"{e}; the session's state is unknown", started)
+        except asyncio.TimeoutError:
+            return self._killed(
+                f"the {self._slot.label} did not answer within {bound:.0f} s", started
+            )
+        except asyncio.CancelledError:
+            self._mark_dead("a run was cancelled while a cell was executing")
+            raise
+        if not d.pop("alive"):
+            self._mark_dead(d.get("detail") or "the session died in its sandbox actor")
+        # duration_s is the caller's wall clock, round trip included.
+        return dataclasses.replace(ExecResult.from_dict(d), duration_s=time.monotonic() - started)
+
+    async def _branch(self) -> RaySession:
+        child_id = secrets.token_hex(6)
+        self._slot.session_ids.add(child_id)
+        try:
+            await self._slot.call("fork", self.id, child_id, timeout=self._pool._slow_bound())
+        except BaseException as e:
+            self._slot.session_ids.discard(child_id)
+            if isinstance(e, asyncio.TimeoutError):
+                raise SandboxError(f"the {self._slot.label} did not finish a fork in time") from e
+            raise
+        return RaySession(self._pool, child_id, self._slot)
+
+    async def _replace(self) -> None:
+        await self.close()
+        self._slot = await self._pool._create_remote(self.id)
+        self._dead_reason, self._closed = None, False
+
+    async def close(self) -> None:
+        """End the session on its actor (if the actor still lives). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._mark_dead("the session was closed")
+        if self._slot.dead_reason is None:
+            with contextlib.suppress(SandboxError, asyncio.TimeoutError):
+                await self._slot.call("close", self.id, timeout=EXIT_WAIT_S + self._pool.margin_s)
+
+
+class RaySandboxPool(SandboxClient):
+    """Sessions on `num_actors` sandbox actors. Use as `async with RaySandboxPool(...) as pool:`.
+
+    limits, preload, pool_size: as for `tirl.sandbox.local.Sandbox`, per actor.
+    num_cpus: CPUs each actor reserves (0 by default, see the module docstring).
+    actor_options: more `ActorClass.options(...)` for each actor (resources, runtime_env, ...).
+    rpc_margin_s: slack on top of a call's own bound before the call counts as lost.
+    If Ray is not initialized, `start()` starts a loopback-only local cluster (`init_local_ray`),
+    which stays up after `close()`. The pool works from any event loop, one after another.
+    """
+
+    def __init__(
+        self,
+        num_actors: int = 1,
+        limits: SandboxLimits | None = None,
+        preload: tuple[str, ...] = DEFAULT_PRELOAD,
+        pool_size: int = 0,
+        num_cpus: float = 0,
+        actor_options: dict[str, Any] | None = None,
+        rpc_margin_s: float = RPC_MARGIN_S,
+    ) -> None:
+        if num_actors < 1:
+            raise ValueError(f"num_actors must be at least 1, got {num_actors}")
+        self.num_actors = num_actors
+        self.limits = limits or SandboxLimits()
+        self.preload = tuple(preload)
+        self.pool_size = pool_size
+        self.margin_s = rpc_margin_s
+        self._options = {
+            "num_cpus": num_cpus,
+            "max_concurrency": MAX_CONCURRENCY,
+            "max_restarts": 0,
+            "scheduling_strategy": "SPREAD",
+            **(actor_options or {}),
+        }
+        self._slots: list[_ActorSlot] = []
+        self._replaced = 0
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the actors and wait until each has its sandbox running."""
+        if self._closed:
+            raise SandboxError("this RaySandboxPool was closed; create a new one")
+        if self._slots:
+            return
+        if not ray.is_initialized():
+            init_local_ray()
+        self._slots = [self._new_slot(i) for i in range(self.num_actors)]
+        try:
+            await asyncio.gather(*(slot.wait_ready() for slot in self._slots))
+        except BaseException:  # _ActorGone says which actor and why
+            for slot in self._slots:
+                slot.kill()
+            self._slots = []
+            raise
+
+    async def close(self) -> None:
+        """Stop every actor's sandbox (killing its sessions), then kill the actors."""
+        self._closed = True
+        slots, self._slots = self._slots, []
+        await asyncio.gather(*(self._stop(slot) for slot in slots))
+
+    async def _stop(self, slot: _ActorSlot) -> None:
+        slot.session_ids.clear()
+        if slot.dead_reason is None and slot.info is not None:  # else killing it is enough
+            with contextlib.suppress(SandboxError, asyncio.TimeoutError):
+                await slot.call("shutdown", timeout=10.0 + self.margin_s)
+        if slot.dead_reason is None:
+            slot.dead_reason = "it was stopped when the sandbox pool closed"
+        slot.kill()
+
+    def _new_slot(self, index: int) -> _ActorSlot:
+        actor = SandboxActor.options(**self._options)
+        return _ActorSlot(index, actor.remote(self.limits, self.preload, self.pool_size))
+
+    # -- sessions -------------------------------------------------------------------------
+
+    @property
+    def actors(self) -> list[ray.actor.ActorHandle]:
+        return [slot.handle for slot in self._slots]
+
+    async def session(self) -> RaySession:
+        """A new session on the actor with the fewest live sessions."""
+        sid = secrets.token_hex(6)
+        return RaySession(self, sid, await self._create_remote(sid))
+
+    async def run_once(self, code: str, timeout_s: float | None = None) -> ExecResult:
+        """Run `code` in a fresh session on the least-loaded actor, in one round trip."""
+        started = time.monotonic()
+        slot = await self._live_slot()
+        token = "once-" + secrets.token_hex(6)
+        slot.session_ids.add(token)  # counts as load while it runs
+        bound = self._run_bound(timeout_s)
+        try:
+            d = await slot.call("run_once", code, timeout_s, timeout=bound, cancel=True)
+        except (SandboxError, asyncio.TimeoutError) as e:
+            reason = str(e) or f"the {slot.label} did not answer within {bound:.0f} s"
+            return ExecResult(Status.KILLED, duration_s=time.monotonic() - started, detail=reason)
+        finally:
+            slot.session_ids.discard(token)
+        return dataclasses.replace(ExecResult.from_dict(d), duration_s=time.monotonic() - started)
+
+    async def _create_remote(self, sid: str) -> _ActorSlot:
+        """Create session `sid` on the least-loaded live actor, moving on if that one is dead."""
+        last_error: Exception | None = None
+        for _ in range(self.num_actors + 1):
+            slot = await self._live_slot()
+            slot.session_ids.add(sid)  # before awaiting, so concurrent calls spread out
+            try:
+                await slot.call("create", sid, timeout=self._slow_bound())
+                return slot
+            except _ActorGone as e:
+                slot.session_ids.discard(sid)
+                last_error = e
+            except BaseException as e:
+                slot.session_ids.discard(sid)
+                if isinstance(e, asyncio.TimeoutError):
+                    raise SandboxError(f"the {slot.label} did not create a session in time") from e
+                raise
+        raise SandboxError(f"could not create a session on any sandbox actor: {last_error}")
+
+    async def _live_slot(self) -> _ActorSlot:
+        """The least-loaded actor, after replacing dead ones; waits until it is ready."""
+        if self._closed or not self._slots:
+            raise SandboxError("the sandbox pool is not running (call start() first)")
+        for i, slot in enumerate(self._slots):
+            if slot.dead_reason is not None:
+                slot.kill()
+                self._slots[i] = self._new_slot(slot.index)
+                self._replaced += 1
+        slot = min(self._slots, key=lambda s: len(s.session_ids))
+        with contextlib.suppress(_ActorGone):  # a replacement that failed: caller moves on
+            await slot.wait_ready()
+        return slot
+
+    def _run_bound(self, timeout_s: float | None) -> float:
+        """How long a run call may take before the actor counts as not answering."""
+        cell = self.limits.timeout_s if timeout_s is None else timeout_s
+        return cell + self.limits.grace_s + EXIT_WAIT_S + self.margin_s
+
+    def _slow_bound(self) -> float:
+        """Bound for create and fork: a zygote restart, or a fork waiting for a running cell."""
+        return START_TIMEOUT_S + self.limits.timeout_s + self.margin_s
+
+    # -- metrics --------------------------------------------------------------------------
+
+    async def stats(self) -> dict[str, Any]:
+        """Per-actor stats (pid, node, live sessions, cells by status) and their totals."""
+        per_actor = await asyncio.gather(*(self._actor_stats(slot) for slot in self._slots))
+        cells: Counter[str] = Counter()
+        for entry in per_actor:
+            cells.update(entry.get("cells", {}))
+        return {
+            "actors": per_actor,
+            "actors_alive": sum(entry["alive"] for entry in per_actor),
+            "actors_replaced": self._replaced,
+            "sessions": sum(entry.get("sessions", 0) for entry in per_actor),
+            "cells": dict(cells),
+        }
+
+    async def _actor_stats(self, slot: _ActorSlot) -> dict[str, Any]:
+        try:
+            found = await slot.call("stats", timeout=self.margin_s)
+        except (SandboxError, asyncio.TimeoutError) as e:
+            return {"index": slot.index, "alive": False, "detail": str(e) or "no answer"}
+        return {"index": slot.index, "alive": True, **found}
