@@ -198,7 +198,7 @@ def test_session_creation_smoke():
             t0 = time.perf_counter()
             sessions = [await sb.session() for _ in range(5)]
             per_session_ms = (time.perf_counter() - t0) * 1000 / 5
-            assert per_session_ms > 0  # reported by bench/sandbox_quick.py; no threshold here
+            assert per_session_ms > 0  # reported by bench/sandbox.py; no threshold here
             assert len({s.id for s in sessions}) == 5 and all(s.alive for s in sessions)
             for s in sessions:
                 await s.close()
