@@ -1,0 +1,277 @@
+"""Atomic environments, their registry, and composition (RACES §2.1–2.2).
+
+An environment is e = (G_e, f_e, D_e, V_e) with a type signature tau_e = (X_e, Y_e):
+
+- G_e, the sampler: `sample(rng, level)`; by default the input type's own sampler;
+- f_e, the mapper: a deterministic, self-contained Python function (its source is the code
+  rendering, `code`, so tool-use trajectories can be synthesized without a teacher);
+- D_e, the descriptor: `instruction` says what f_e does to "the input"; `describe(x)` adds the
+  rendered input and the answer format of Y_e;
+- V_e, the verifier: `verify(answer_text, gold)`: the answer is parsed strictly with Y_e (an
+  unreadable answer fails closed, with the reason) and compared with `equal` (Y_e's equality
+  unless the environment brings its own check).
+
+Library modules define environments with the `atomic` decorator, which registers them in the
+global `REGISTRY` under "<domain>.<function name>". `Composite` chains environments whose types
+match and records the trajectory pi_t = (x_0; e_1..e_t; y_1..y_t).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import random
+import textwrap
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tirl.envs.types import AnswerError, Type
+
+
+class EnvironmentError_(ValueError):
+    """A malformed environment definition or composition; the message names it."""
+
+
+@dataclass(frozen=True, eq=False)
+class Environment:
+    name: str
+    domain: str
+    input: Type
+    output: Type
+    instruction: str
+    mapper: Callable[[Any], Any]
+    sampler: Callable[[random.Random, int], Any] | None = None
+    equal: Callable[[Any, Any], bool] | None = None  # V_e's comparison; default output.equal
+    levels: int = 3
+
+    @property
+    def signature(self) -> tuple[str, str]:
+        """tau_e = (X_e, Y_e), by kind: what the type graph matches on."""
+        return self.input.name, self.output.name
+
+    def sample(self, rng: random.Random, level: int = 1) -> Any:
+        """G_e: a valid input (the sampler's value must pass the input type's check)."""
+        if self.sampler is not None:
+            return self.sampler(rng, level)
+        return self.input.sample(rng, level)
+
+    def apply(self, x: Any) -> Any:
+        """f_e on a value that must be a valid input; raises ValueError if it is not."""
+        reason = self.input.check(x)
+        if reason is not None:
+            raise ValueError(f"{self.name}: invalid input ({reason})")
+        return self.mapper(x)
+
+    def describe(self, x: Any) -> str:
+        """D_e: the problem for one input, with the answer format it expects."""
+        return (
+            f"{self.instruction}\n\nInput: {self.input.render(x)}\n\n"
+            f"Answer with {self.output.answer_format}."
+        )
+
+    def verify(self, answer: str, gold: Any) -> tuple[bool, str]:
+        """V_e: (correct, reason). Never raises for a bad answer: it fails closed."""
+        try:
+            value = self.output.parse(answer)
+        except AnswerError as e:
+            return False, str(e)
+        return self.verify_value(value, gold)
+
+    def verify_value(self, value: Any, gold: Any) -> tuple[bool, str]:
+        same = self.equal(value, gold) if self.equal else self.output.equal(value, gold)
+        return (True, "") if same else (False, "the value differs from the expected one")
+
+    @property
+    def code(self) -> str:
+        """The mapper as standalone Python source (a function named `f`)."""
+        return mapper_source(self.mapper)
+
+
+def mapper_source(fn: Callable) -> str:
+    """Source of `fn` without its decorators, renamed to `f`. Mappers import what they use
+    inside their body, so this text runs on its own."""
+    src = textwrap.dedent(inspect.getsource(fn))
+    lines = src.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("def "))
+    head = lines[start].replace(f"def {fn.__name__}(", "def f(", 1)
+    return "\n".join([head, *lines[start + 1 :]]) + "\n"
+
+
+def run_source(source: str, x: Any) -> Any:
+    """Execute a code rendering on `x` in a fresh namespace."""
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<environment code>", "exec"), namespace)
+    return namespace["f"](x)
+
+
+class Registry:
+    """Environments by name. Registering a name twice is an error, and so is asking for one
+    that does not exist (with the closest names in the message)."""
+
+    def __init__(self) -> None:
+        self._envs: dict[str, Environment] = {}
+
+    def add(self, env: Environment) -> Environment:
+        if env.name in self._envs:
+            raise EnvironmentError_(f"environment {env.name!r} is registered twice")
+        for role, t in (("input", env.input), ("output", env.output)):
+            if not isinstance(t, Type):
+                raise EnvironmentError_(
+                    f"environment {env.name!r}: its {role} type {t!r} is not a Type"
+                )
+        if not env.instruction.strip():
+            raise EnvironmentError_(f"environment {env.name!r} has an empty instruction")
+        self._envs[env.name] = env
+        return env
+
+    def get(self, name: str) -> Environment:
+        try:
+            return self._envs[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, self._envs, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise KeyError(f"no environment named {name!r}{hint}") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._envs
+
+    def __iter__(self):
+        return iter(self._envs.values())
+
+    def __len__(self) -> int:
+        return len(self._envs)
+
+    def names(self) -> list[str]:
+        return sorted(self._envs)
+
+    def domains(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for e in self._envs.values():
+            counts[e.domain] = counts.get(e.domain, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def consumers(self) -> dict[str, list[Environment]]:
+        """The type graph, by input kind: which environments accept a value of each kind."""
+        graph: dict[str, list[Environment]] = {}
+        for e in self._envs.values():
+            graph.setdefault(e.input.name, []).append(e)
+        return graph
+
+    def subset(self, names: Iterable[str]) -> Registry:
+        sub = Registry()
+        for n in names:
+            sub.add(self.get(n))
+        return sub
+
+
+REGISTRY = Registry()
+
+
+def atomic(
+    domain: str,
+    input: Type,
+    output: Type,
+    instruction: str,
+    *,
+    sampler: Callable[[random.Random, int], Any] | None = None,
+    equal: Callable[[Any, Any], bool] | None = None,
+    registry: Registry | None = None,
+) -> Callable[[Callable], Callable]:
+    """Register the decorated mapper as the environment "<domain>.<function name>"."""
+
+    def wrap(fn: Callable) -> Callable:
+        env = Environment(
+            name=f"{domain}.{fn.__name__}",
+            domain=domain,
+            input=input,
+            output=output,
+            instruction=instruction,
+            mapper=fn,
+            sampler=sampler,
+            equal=equal,
+        )
+        (registry if registry is not None else REGISTRY).add(env)
+        return fn
+
+    return wrap
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """pi_t = (x_0; e_1..e_t; y_1..y_t) with y_i = f_{e_i}(y_{i-1}), y_0 = x_0 (§2.3)."""
+
+    x0: Any
+    envs: tuple[Environment, ...]
+    ys: tuple[Any, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.envs)
+
+    @property
+    def final(self) -> Any:
+        return self.ys[-1] if self.ys else self.x0
+
+    def extend(self, env: Environment) -> Trajectory:
+        """extend(pi_t, e) = (x_0; e_1..e_t, e; y_1..y_t, f_e(y_t)); raises if e cannot run."""
+        return Trajectory(self.x0, self.envs + (env,), self.ys + (env.apply(self.final),))
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self.envs)
+
+
+@dataclass(frozen=True, eq=False)
+class Composite:
+    """F_{pi_t} = f_{e_t} o … o f_{e_1}: again an environment-like object with signature
+    (X_{e_1}, Y_{e_t}) (the compositional closure of §2.2). Construction refuses a chain whose
+    kinds do not match."""
+
+    envs: tuple[Environment, ...]
+    name: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.envs:
+            raise EnvironmentError_("a composite needs at least one environment")
+        for a, b in zip(self.envs, self.envs[1:]):
+            if a.output.name != b.input.name:
+                raise EnvironmentError_(
+                    f"cannot compose {a.name} -> {b.name}: {a.name} returns {a.output.name}"
+                    f" but {b.name} takes {b.input.name}"
+                )
+        if not self.name:
+            object.__setattr__(self, "name", " -> ".join(e.name for e in self.envs))
+
+    @property
+    def input(self) -> Type:
+        return self.envs[0].input
+
+    @property
+    def output(self) -> Type:
+        return self.envs[-1].output
+
+    @property
+    def signature(self) -> tuple[str, str]:
+        return self.input.name, self.output.name
+
+    def run(self, x0: Any) -> Trajectory:
+        traj = Trajectory(x0, (), ())
+        for e in self.envs:
+            traj = traj.extend(e)
+        return traj
+
+    def apply(self, x0: Any) -> Any:
+        return self.run(x0).final
+
+    def then(self, other: Environment | Composite) -> Composite:
+        more = other.envs if isinstance(other, Composite) else (other,)
+        return Composite(self.envs + tuple(more))
+
+
+def run_chain(envs: Sequence[Environment], x0: Any) -> Any:
+    """(f_{e_k} o … o f_{e_1})(x_0), or raises if some step cannot run (used by SORT/SELECT,
+    whose predicted chains need not type-check)."""
+    value = x0
+    for e in envs:
+        value = e.apply(value)
+    return value

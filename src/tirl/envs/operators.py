@@ -1,0 +1,349 @@
+"""The four RACES composition operators: turning a trajectory into a task and scoring answers.
+
+From a trajectory pi_t = (x_0; e_1..e_t; y_1..y_t) (RACES §2.4, formulas quoted per operator):
+
+- SEQUENTIAL: the model sees x_0 and the instructions D_{e_1}..D_{e_t} in order and gives every
+  intermediate output. K = min({i : V_{e_i}(ŷ_i, y_i) = 0} ∪ {t+1}) − 1, R_Seq = K / t.
+- PARALLEL: the steps become independent branches, branch i being e_i on its own input y_{i-1}.
+  R_Par = (1/t) Σ_i V_{e_i}(ŷ_i, y_i).
+- SORT: the model sees e_1..e_t shuffled, x_0 and y_t, and gives an order σ̂ of all of them.
+  R_Sort = 1{(f_{e_σ̂(t)} ∘ … ∘ f_{e_σ̂(1)})(x_0) = y_t}.
+- SELECT: as SORT, with executable distractors B_π added to the candidates A_π = {e_1..e_t} ∪ B_π;
+  the model chooses k of them in order. R_Sel = 1{(f_σ̂_k ∘ … ∘ f_σ̂_1)(x_0) = y_t}.
+
+Answers go inside the last <answer>…</answer> block of the response, one value per line for
+SEQUENTIAL (`Step i: value`) and PARALLEL (`Branch i: value`), a comma-separated list of letters
+for SORT and SELECT. Parsing fails closed: a missing block, a missing or repeated line, a letter
+that is not offered, or a value of the wrong form scores 0 for what it covers, and the reward
+comes with the reason.
+
+A `Task` is plain data (rendered values and environment names), so it round-trips through JSONL;
+scoring looks the environments up in a registry and parses the rendered values back.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tirl.envs.core import Environment, Registry, Trajectory, run_chain
+from tirl.envs.types import AnswerError
+
+OPERATORS = ("sequential", "parallel", "sort", "select")
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Reward:
+    value: float
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One composite problem. `envs` is the true path e_1..e_t; `xs` are the rendered states
+    x_0, y_1..y_t; `candidates` are the environment names shown to the model for SORT and
+    SELECT, in the order of their letters (A, B, …)."""
+
+    operator: str
+    prompt: str
+    envs: tuple[str, ...]
+    xs: tuple[str, ...]
+    answer: str  # a reference answer that scores 1
+    candidates: tuple[str, ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Task:
+        return cls(
+            operator=d["operator"],
+            prompt=d["prompt"],
+            envs=tuple(d["envs"]),
+            xs=tuple(d["xs"]),
+            answer=d["answer"],
+            candidates=tuple(d.get("candidates", ())),
+            meta=dict(d.get("meta", {})),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Building tasks
+
+
+def _letters(n: int) -> list[str]:
+    if n > len(string.ascii_uppercase):
+        raise ValueError(f"at most 26 candidates can be lettered, got {n}")
+    return list(string.ascii_uppercase[:n])
+
+
+def _render_states(traj: Trajectory) -> tuple[str, ...]:
+    first = traj.envs[0].input.render(traj.x0)
+    return (first, *(e.output.render(y) for e, y in zip(traj.envs, traj.ys)))
+
+
+def sequential(traj: Trajectory) -> Task:
+    xs = _render_states(traj)
+    steps = "\n".join(
+        f"Step {i}: {e.instruction} (The result is {e.output.answer_format}.)"
+        for i, e in enumerate(traj.envs, 1)
+    )
+    form = "\n".join(f"Step {i}: <result of step {i}>" for i in range(1, traj.size + 1))
+    prompt = (
+        "Start from the input below and apply the steps in order; each step acts on the result"
+        f" of the step before it.\n\nInput: {xs[0]}\n\n{steps}\n\n"
+        "Give the result of every step, one per line, exactly in this form:\n"
+        f"<answer>\n{form}\n</answer>"
+    )
+    answer = (
+        "<answer>\n" + "\n".join(f"Step {i}: {x}" for i, x in enumerate(xs[1:], 1)) + "\n</answer>"
+    )
+    return Task("sequential", prompt, traj.names(), xs, answer)
+
+
+def parallel(traj: Trajectory) -> Task:
+    xs = _render_states(traj)
+    branches = "\n\n".join(
+        f"Branch {i}: {e.instruction}\nInput: {xs[i - 1]}\n(The result is {e.output.answer_format}.)"
+        for i, e in enumerate(traj.envs, 1)
+    )
+    form = "\n".join(f"Branch {i}: <result of branch {i}>" for i in range(1, traj.size + 1))
+    prompt = (
+        "Solve each of the following independent problems; each branch has its own input.\n\n"
+        f"{branches}\n\nGive every result, one per line, exactly in this form:\n"
+        f"<answer>\n{form}\n</answer>"
+    )
+    answer = (
+        "<answer>\n"
+        + "\n".join(f"Branch {i}: {x}" for i, x in enumerate(xs[1:], 1))
+        + "\n</answer>"
+    )
+    return Task("parallel", prompt, traj.names(), xs, answer)
+
+
+def _order_prompt(intro: str, envs: list[Environment], xs: tuple[str, ...], rule: str) -> str:
+    listing = "\n".join(
+        f"{letter}. {e.instruction}" for letter, e in zip(_letters(len(envs)), envs)
+    )
+    return (
+        f"{intro}\n\n{listing}\n\nStart: {xs[0]}\nTarget: {xs[-1]}\n\n{rule}\n"
+        "Write the letters in the order the operations are applied, separated by commas, exactly"
+        " in this form:\n<answer>B, A, C</answer>"
+    )
+
+
+def sort(traj: Trajectory, rng: random.Random) -> Task:
+    xs = _render_states(traj)
+    order = list(range(traj.size))
+    while traj.size > 1 and order == sorted(order):
+        rng.shuffle(order)  # never show the true order as it is
+    shown = [traj.envs[i] for i in order]
+    letters = _letters(len(shown))
+    truth = [letters[order.index(i)] for i in range(traj.size)]
+    prompt = _order_prompt(
+        "These operations, applied one after another in some order, turn the start value into"
+        " the target value:",
+        shown,
+        xs,
+        "Use every operation exactly once.",
+    )
+    return Task(
+        "sort",
+        prompt,
+        traj.names(),
+        xs,
+        f"<answer>{', '.join(truth)}</answer>",
+        candidates=tuple(e.name for e in shown),
+    )
+
+
+def executable_distractors(
+    traj: Trajectory, registry: Registry, n: int, rng: random.Random
+) -> list[Environment]:
+    """B_π: environments outside the path that run on one of the states x_0..y_{t-1}, so they
+    look usable (RACES: distractors are executable, not random text)."""
+    on_path = set(traj.names())
+    states = [traj.x0, *traj.ys[:-1]]
+    kinds = {traj.envs[0].input.name, *(e.output.name for e in traj.envs[:-1])}
+    pool = [e for e in registry if e.input.name in kinds and e.name not in on_path]
+    rng.shuffle(pool)
+    chosen = []
+    for e in pool:
+        if len(chosen) >= n:
+            break
+        for s in states:
+            if e.input.check(s) is None:
+                try:
+                    e.mapper(s)
+                except Exception:
+                    continue
+                chosen.append(e)
+                break
+    return chosen
+
+
+def select(
+    traj: Trajectory, registry: Registry, rng: random.Random, n_distractors: int | None = None
+) -> Task:
+    xs = _render_states(traj)
+    n = n_distractors if n_distractors is not None else max(2, traj.size // 2 + 1)
+    shown = list(traj.envs) + executable_distractors(traj, registry, n, rng)
+    rng.shuffle(shown)
+    letters = _letters(len(shown))
+    truth = [letters[shown.index(e)] for e in traj.envs]
+    prompt = _order_prompt(
+        "Some of these operations, applied one after another, turn the start value into the"
+        " target value; the others are not needed:",
+        shown,
+        xs,
+        "Choose the operations you need (each at most once) and put them in order.",
+    )
+    return Task(
+        "select",
+        prompt,
+        traj.names(),
+        xs,
+        f"<answer>{', '.join(truth)}</answer>",
+        candidates=tuple(e.name for e in shown),
+    )
+
+
+def make_task(operator: str, traj: Trajectory, registry: Registry, rng: random.Random) -> Task:
+    if operator == "sequential":
+        return sequential(traj)
+    if operator == "parallel":
+        return parallel(traj)
+    if operator == "sort":
+        return sort(traj, rng)
+    if operator == "select":
+        return select(traj, registry, rng)
+    raise ValueError(f"unknown operator {operator!r}; expected one of {', '.join(OPERATORS)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring
+
+
+def answer_block(response: str) -> str:
+    """The text of the last <answer>…</answer> block; AnswerError if there is none."""
+    blocks = _ANSWER.findall(response)
+    if not blocks:
+        raise AnswerError("no <answer>…</answer> block in the response")
+    return blocks[-1].strip()
+
+
+def _labelled_lines(block: str, label: str, t: int) -> dict[int, str]:
+    """{i: text} from lines `label i: text`; a repeated or out-of-range index is an error."""
+    found: dict[int, str] = {}
+    for line in block.splitlines():
+        m = re.fullmatch(rf"\s*{label}\s+(\d+)\s*:\s*(.*?)\s*", line)
+        if not m:
+            continue
+        i = int(m.group(1))
+        if not 1 <= i <= t:
+            raise AnswerError(f"{label} {i} does not exist (there are {t})")
+        if i in found:
+            raise AnswerError(f"{label} {i} is given more than once")
+        found[i] = m.group(2)
+    return found
+
+
+def _step_results(
+    task: Task, response: str, registry: Registry, label: str
+) -> list[tuple[bool, str]]:
+    """V_{e_i}(ŷ_i, y_i) for i = 1..t, with the reason for each failure."""
+    envs = [registry.get(n) for n in task.envs]
+    t = len(envs)
+    try:
+        lines = _labelled_lines(answer_block(response), label, t)
+    except AnswerError as e:
+        return [(False, str(e))] * t
+    results = []
+    for i, e in enumerate(envs, 1):
+        if i not in lines:
+            results.append((False, f"{label} {i} is missing"))
+            continue
+        gold = e.output.parse(task.xs[i])
+        ok, why = e.verify(lines[i], gold)
+        results.append((ok, "" if ok else f"{label} {i}: {why}"))
+    return results
+
+
+def reward_sequential(task: Task, response: str, registry: Registry) -> Reward:
+    """R_Seq = K / t with K the length of the longest correct prefix."""
+    results = _step_results(task, response, registry, "Step")
+    t = len(results)
+    k = next((i for i, (ok, _) in enumerate(results) if not ok), t)
+    reason = "" if k == t else results[k][1]
+    return Reward(k / t, reason)
+
+
+def reward_parallel(task: Task, response: str, registry: Registry) -> Reward:
+    """R_Par = (1/t) Σ V_{e_i}(ŷ_i, y_i)."""
+    results = _step_results(task, response, registry, "Branch")
+    reasons = "; ".join(why for ok, why in results if not ok)
+    return Reward(sum(ok for ok, _ in results) / len(results), reasons)
+
+
+def _chosen(task: Task, response: str) -> list[str]:
+    block = answer_block(response)
+    letters = [p.strip() for p in block.split(",")]
+    offered = _letters(len(task.candidates))
+    for p in letters:
+        if p not in offered:
+            raise AnswerError(f"{p!r} is not one of the offered letters {', '.join(offered)}")
+    if len(set(letters)) != len(letters):
+        raise AnswerError("a letter is used more than once")
+    return [task.candidates[offered.index(p)] for p in letters]
+
+
+def _reaches_target(task: Task, names: list[str], registry: Registry) -> Reward:
+    envs = [registry.get(n) for n in names]
+    first, last = registry.get(task.envs[0]), registry.get(task.envs[-1])
+    x0, target = first.input.parse(task.xs[0]), last.output.parse(task.xs[-1])
+    try:
+        value = run_chain(envs, x0)
+    except Exception as e:  # an order that does not type-check or run scores 0
+        return Reward(0.0, f"the chosen order cannot be executed: {e}")
+    if envs[-1].output.name != last.output.name or not last.output.equal(value, target):
+        return Reward(0.0, "the chosen operations do not reach the target")
+    return Reward(1.0)
+
+
+def reward_sort(task: Task, response: str, registry: Registry) -> Reward:
+    """R_Sort = 1 iff the predicted order of all t operations maps x_0 to y_t."""
+    try:
+        names = _chosen(task, response)
+    except AnswerError as e:
+        return Reward(0.0, str(e))
+    if len(names) != len(task.candidates):
+        return Reward(0.0, f"use all {len(task.candidates)} operations, got {len(names)}")
+    return _reaches_target(task, names, registry)
+
+
+def reward_select(task: Task, response: str, registry: Registry) -> Reward:
+    """R_Sel = 1 iff the chosen operations, in the chosen order, map x_0 to y_t."""
+    try:
+        names = _chosen(task, response)
+    except AnswerError as e:
+        return Reward(0.0, str(e))
+    if not names:
+        return Reward(0.0, "no operation was chosen")
+    return _reaches_target(task, names, registry)
+
+
+REWARDS = {
+    "sequential": reward_sequential,
+    "parallel": reward_parallel,
+    "sort": reward_sort,
+    "select": reward_select,
+}
+
+
+def score(task: Task, response: str, registry: Registry) -> Reward:
+    return REWARDS[task.operator](task, response, registry)

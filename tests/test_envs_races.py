@@ -1,0 +1,237 @@
+"""RACES machinery on a small hand-made registry: composition, search quality control, and each
+operator's reward on hand-computed cases (RACES §2.2–2.4)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tirl.envs.core import Composite, EnvironmentError_, Registry, Trajectory, atomic
+from tirl.envs.operators import (
+    Reward,
+    Task,
+    make_task,
+    reward_parallel,
+    reward_select,
+    reward_sequential,
+    reward_sort,
+    score,
+)
+from tirl.envs.search import SearchConfig, search, take
+from tirl.envs.types import Int, IntList
+
+REG = Registry()
+SMALL = Int(-1000, 1000)
+
+
+@atomic("toy", SMALL, Int(-2000, 2000), "Double the input.", registry=REG)
+def double(x):
+    return 2 * x
+
+
+@atomic("toy", SMALL, Int(-1003, 1003), "Add 3 to the input.", registry=REG)
+def add_three(x):
+    return x + 3
+
+
+@atomic("toy", Int(-1000, 1000), Int(0, 10**6), "Square the input.", registry=REG)
+def square(x):
+    return x * x
+
+
+@atomic("toy", SMALL, Int(-1000, 1000), "Negate the input.", registry=REG)
+def negate(x):
+    return -x
+
+
+@atomic("toy", SMALL, Int(0, 0), "Replace the input by 0.", registry=REG)
+def zero(x):
+    return 0
+
+
+@atomic(
+    "toy",
+    Int(0, 10**6),
+    IntList(min_len=1, max_len=7, lo=0, hi=9),
+    "List the digits.",
+    registry=REG,
+)
+def digits(x):
+    return tuple(int(c) for c in str(x))
+
+
+@atomic("toy", IntList(min_len=1, max_len=7, lo=0, hi=9), Int(0, 63), "Sum the list.", registry=REG)
+def total(xs):
+    return sum(xs)
+
+
+def traj(x0, *names):
+    t = Trajectory(x0, (), ())
+    for n in names:
+        t = t.extend(REG.get(f"toy.{n}"))
+    return t
+
+
+def answer(label, values):
+    return (
+        "<answer>\n"
+        + "\n".join(f"{label} {i}: {v}" for i, v in enumerate(values, 1))
+        + "\n</answer>"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry and composition
+
+
+def test_duplicate_and_unknown_names_are_errors():
+    with pytest.raises(EnvironmentError_, match="'toy.double' is registered twice"):
+
+        @atomic("toy", SMALL, SMALL, "Double it again.", registry=REG)
+        def double(x):  # noqa: F811
+            return 2 * x
+
+    with pytest.raises(KeyError, match="did you mean toy.double"):
+        REG.get("toy.doubel")
+
+
+def test_composition_refuses_mismatched_types_naming_both_environments():
+    with pytest.raises(
+        EnvironmentError_, match="toy.digits -> toy.square: toy.digits returns int_list"
+    ):
+        Composite((REG.get("toy.double"), REG.get("toy.digits"), REG.get("toy.square")))
+    with pytest.raises(EnvironmentError_, match="toy.digits takes int"):
+        Composite((REG.get("toy.digits"), REG.get("toy.digits")))
+
+
+def test_a_composite_is_again_an_environment_with_the_end_to_end_signature():
+    c = Composite((REG.get("toy.square"), REG.get("toy.digits"), REG.get("toy.total")))
+    assert c.signature == ("int", "int")
+    t = c.run(12)  # 144 -> (1, 4, 4) -> 9
+    assert (t.x0, t.ys, t.final) == (12, (144, (1, 4, 4), 9), 9)
+    assert c.then(REG.get("toy.double")).apply(12) == 18
+
+
+# ---------------------------------------------------------------------------------------------
+# Search and quality control
+
+
+def test_search_is_deterministic_and_every_path_passes_quality_control():
+    config = SearchConfig(min_size=2, max_size=4, frontier_cap=3)
+    first = take(search(REG, seed=7, config=config), 40)
+    again = take(search(REG, seed=7, config=config), 40)
+    assert [t.names() for t in first] == [t.names() for t in again]
+    assert len({t.names() for t in first}) == len(first)  # each composite once
+    for t in first:
+        assert 2 <= t.size <= 4
+        states = [t.x0, *t.ys]
+        for i, e in enumerate(t.envs):
+            assert e.apply(states[i]) == states[i + 1]  # every step really ran
+            assert states[i + 1] != states[i]  # no step leaves the state unchanged
+            if i >= 1:
+                assert states[i + 1] != states[i - 1]  # no step undoes the one before
+        assert "toy.zero" not in t.names()[:-1] or t.names()[-1] != "toy.zero"
+
+
+def test_constant_paths_and_undo_pairs_are_filtered():
+    config = SearchConfig(min_size=2, max_size=3, frontier_cap=10)
+    paths = {t.names() for t in take(search(REG, seed=1, config=config), 500)}
+    assert paths  # the toy space is small but not empty
+    assert not any(p[-1] == "toy.zero" for p in paths)  # ends in a constant
+    assert not any(
+        ("toy.negate", "toy.negate") == p[i : i + 2] for p in paths for i in range(len(p))
+    )
+
+
+def test_search_config_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="min_size <= max_size"):
+        SearchConfig(min_size=4, max_size=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Operators: rewards on hand-computed cases
+
+
+def test_sequential_reward_is_the_longest_correct_prefix_over_t():
+    task = make_task("sequential", traj(2, "double", "add_three", "square"), REG, random.Random(0))
+    assert task.xs == ("2", "4", "7", "49")
+    assert reward_sequential(task, answer("Step", [4, 7, 49]), REG).value == 1.0
+    r = reward_sequential(task, answer("Step", [4, 7, 50]), REG)
+    assert r.value == pytest.approx(2 / 3) and "Step 3" in r.reason
+    # a later correct step does not count after a wrong one: K = 1
+    assert reward_sequential(task, answer("Step", [4, 8, 49]), REG).value == pytest.approx(1 / 3)
+    assert reward_sequential(task, answer("Step", [5, 7, 49]), REG).value == 0.0
+    assert reward_sequential(task, "Step 1: 4", REG).reason.startswith("no <answer>")
+    assert reward_sequential(task, answer("Step", [4, "7 or 8", 49]), REG).value == pytest.approx(
+        1 / 3
+    )
+    repeated = "<answer>\nStep 1: 4\nStep 1: 4\nStep 2: 7\nStep 3: 49\n</answer>"
+    assert reward_sequential(task, repeated, REG) == Reward(0.0, "Step 1 is given more than once")
+    assert score(task, task.answer, REG).value == 1.0
+
+
+def test_parallel_reward_is_the_mean_of_the_branch_verifiers():
+    task = make_task("parallel", traj(2, "double", "add_three", "square"), REG, random.Random(0))
+    assert "Input: 4" in task.prompt and "Input: 7" in task.prompt  # each branch its own input
+    assert reward_parallel(task, answer("Branch", [4, 7, 49]), REG).value == 1.0
+    assert reward_parallel(task, answer("Branch", [4, 8, 49]), REG).value == pytest.approx(2 / 3)
+    assert reward_parallel(task, answer("Branch", [5, 8, 49]), REG).value == pytest.approx(1 / 3)
+    missing = "<answer>\nBranch 3: 49\n</answer>"
+    assert reward_parallel(task, missing, REG).value == pytest.approx(1 / 3)
+
+
+def _letters_for(task: Task, names: list[str]) -> str:
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return (
+        "<answer>"
+        + ", ".join(letters[task.candidates.index(f"toy.{n}")] for n in names)
+        + "</answer>"
+    )
+
+
+def test_sort_reward_is_one_iff_the_order_maps_the_start_to_the_target():
+    task = make_task("sort", traj(2, "double", "add_three"), REG, random.Random(0))
+    assert task.xs[0] == "2" and task.xs[-1] == "7"
+    assert reward_sort(task, _letters_for(task, ["double", "add_three"]), REG).value == 1.0
+    wrong = reward_sort(task, _letters_for(task, ["add_three", "double"]), REG)  # (2+3)*2 = 10
+    assert wrong.value == 0.0 and "do not reach" in wrong.reason
+    assert reward_sort(task, _letters_for(task, ["double"]), REG).reason.startswith("use all 2")
+    assert reward_sort(task, "<answer>A, Z</answer>", REG).reason.startswith("'Z' is not one")
+    assert (
+        reward_sort(task, "<answer>A, A</answer>", REG).reason == "a letter is used more than once"
+    )
+    assert score(task, task.answer, REG).value == 1.0
+
+
+def test_sort_credits_any_order_that_reaches_the_target():
+    task = make_task("sort", traj(5, "double", "negate"), REG, random.Random(3))  # -10 either way
+    assert reward_sort(task, _letters_for(task, ["negate", "double"]), REG).value == 1.0
+    assert reward_sort(task, _letters_for(task, ["double", "negate"]), REG).value == 1.0
+
+
+def test_sort_scores_zero_for_an_order_that_cannot_run():
+    task = make_task("sort", traj(12, "square", "digits", "total"), REG, random.Random(0))
+    r = reward_sort(task, _letters_for(task, ["digits", "square", "total"]), REG)
+    assert r.value == 0.0 and "cannot be executed" in r.reason
+
+
+def test_select_has_executable_distractors_and_credits_any_chain_to_the_target():
+    t = traj(2, "double", "add_three")  # 2 -> 4 -> 7
+    task = make_task("select", t, REG, random.Random(0))
+    distractors = set(task.candidates) - set(t.names())
+    assert distractors  # B_pi is not empty
+    for name in distractors:  # and each distractor runs on some state of the path
+        e = REG.get(name)
+        assert any(e.input.check(s) is None for s in (2, 4))
+    assert reward_select(task, _letters_for(task, ["double", "add_three"]), REG).value == 1.0
+    assert reward_select(task, _letters_for(task, ["add_three", "double"]), REG).value == 0.0
+    assert reward_select(task, "<answer></answer>", REG).value == 0.0
+    assert score(task, task.answer, REG).value == 1.0
+
+
+def test_tasks_round_trip_through_dicts():
+    task = make_task("select", traj(2, "double", "add_three"), REG, random.Random(0))
+    again = Task.from_dict(task.to_dict())
+    assert again == task
+    assert score(again, task.answer, REG).value == 1.0
