@@ -235,3 +235,73 @@ def test_tasks_round_trip_through_dicts():
     again = Task.from_dict(task.to_dict())
     assert again == task
     assert score(again, task.answer, REG).value == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Malformed definitions are refused by `check`, naming the environment and the fault
+
+
+def _helper(x):
+    return x + 1
+
+
+def _malformed_registry() -> Registry:
+    reg = Registry()
+
+    @atomic("bad", SMALL, SMALL, "Divide the input by zero.", registry=reg)
+    def raises(x):
+        return x // 0
+
+    @atomic("bad", SMALL, SMALL, "Add one.", equal=lambda a, b: False, registry=reg)
+    def rejects_gold(x):
+        return x + 1
+
+    @atomic("bad", SMALL, IntList(), "Add one.", registry=reg)
+    def wrong_output_type(x):
+        return [x + 1]  # a list, not the tuple an int_list is
+
+    @atomic("bad", SMALL, SMALL, "Add one.", registry=reg)
+    def not_self_contained(x):
+        return _helper(x)
+
+    @atomic(
+        "bad",
+        SMALL,
+        SMALL,
+        "Add one.",
+        sampler=lambda rng, level: random.randint(0, 9),
+        registry=reg,
+    )
+    def unseeded_sampler(x):
+        return x + 1
+
+    return reg
+
+
+def test_check_names_the_environment_and_the_fault():
+    from tirl.envs.check import check_registry
+
+    faults = check_registry(_malformed_registry())
+    joined = {name: " | ".join(f) for name, f in faults.items()}
+    assert "bad.raises: the mapper raised ZeroDivisionError" in joined["bad.raises"]
+    assert (
+        "bad.rejects_gold: the verifier rejects its own gold answer" in joined["bad.rejects_gold"]
+    )
+    assert (
+        "bad.wrong_output_type: the mapper returned an invalid int_list"
+        in joined["bad.wrong_output_type"]
+    )
+    assert (
+        "bad.not_self_contained: its code rendering raised NameError"
+        in joined["bad.not_self_contained"]
+    )
+    assert (
+        "bad.unseeded_sampler: the sampler gives different inputs" in joined["bad.unseeded_sampler"]
+    )
+
+
+def test_check_passes_a_well_formed_environment():
+    from tirl.envs.check import check_environment
+
+    assert check_environment(REG.get("toy.square")) == []
+    assert check_environment(REG.get("toy.digits")) == []
