@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from tirl.config import ConfigError, dump_yaml, load_config, to_dict
+from tirl.envs.cli import add_envs_parser
 
 DEFAULT_CONFIG = "quickstart.yaml"
 
@@ -225,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--idle-ttl-s", default="600", help="close sessions idle this many seconds (default: 600)"
     )
     p.set_defaults(func=cmd_sandbox_serve, config=None, overrides=[])  # see _split_overrides
+
+    add_envs_parser(sub)
     return parser
 
 

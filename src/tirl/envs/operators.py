@@ -150,7 +150,7 @@ def sort(traj: Trajectory, rng: random.Random) -> Task:
         " the target value:",
         shown,
         xs,
-        "Use every operation exactly once.",
+        "Use every letter exactly once.",
     )
     return Task(
         "sort",
@@ -192,16 +192,21 @@ def select(
 ) -> Task:
     xs = _render_states(traj)
     n = n_distractors if n_distractors is not None else max(2, traj.size // 2 + 1)
-    shown = list(traj.envs) + executable_distractors(traj, registry, n, rng)
-    rng.shuffle(shown)
+    # (position on the path or None, environment): a path may use one environment twice, and
+    # then it is offered twice, under two letters
+    items = [(i, e) for i, e in enumerate(traj.envs)]
+    items += [(None, e) for e in executable_distractors(traj, registry, n, rng)]
+    rng.shuffle(items)
+    shown = [e for _, e in items]
     letters = _letters(len(shown))
-    truth = [letters[shown.index(e)] for e in traj.envs]
+    positions = [i for i, _ in items]
+    truth = [letters[positions.index(i)] for i in range(traj.size)]
     prompt = _order_prompt(
         "Some of these operations, applied one after another, turn the start value into the"
         " target value; the others are not needed:",
         shown,
         xs,
-        "Choose the operations you need (each at most once) and put them in order.",
+        "Choose the letters you need, each at most once, and put them in order.",
     )
     return Task(
         "select",

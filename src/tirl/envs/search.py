@@ -56,21 +56,21 @@ class StepTimeout(Exception):
     pass
 
 
+def _expire(signum, frame):
+    raise StepTimeout
+
+
 @contextmanager
-def _time_limit(seconds: float):
-    """SIGALRM-based limit in the main thread; elsewhere the step runs unbounded (mappers
-    promise to be fast, this only guards against a pathological input)."""
+def step_timer():
+    """Arm SIGALRM for `try_step` while a search runs (main thread only; elsewhere steps run
+    unbounded: mappers promise to be fast, the timer only guards against pathological inputs).
+    One handler per search, not per step: a step then costs two setitimer calls."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield False
         return
-
-    def expire(signum, frame):
-        raise StepTimeout
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(signal.SIGALRM, _expire)
     try:
-        yield
+        yield True
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -81,11 +81,16 @@ def try_step(traj: Trajectory, env: Environment, config: SearchConfig) -> Trajec
     state = traj.final
     if env.input.check(state) is not None:
         return None
+    timed = signal.getsignal(signal.SIGALRM) is _expire
     try:
-        with _time_limit(config.step_timeout_s):
-            out = env.mapper(state)
-    except Exception:  # a mapper that raises or runs too long is a failed execution check
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, config.step_timeout_s)
+        out = env.mapper(state)
+    except Exception:  # a mapper that raises or runs too long (StepTimeout) failed its step
         return None
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
     if env.output.check(out) is not None:
         return None
     if env.output.name == env.input.name and out == state:
@@ -140,35 +145,36 @@ def search(
     starts = list(starts) if starts is not None else sorted(registry, key=lambda e: e.name)
     seen: set[tuple[str, ...]] = set()
     index = 0
-    while True:
-        frontier: deque[Trajectory] = deque()
-        for env in rng.sample(starts, len(starts)):
-            root = _root(env, config, seed, index, split)
-            index += 1
-            if root is not None:
-                frontier.append(root)
-        yielded_any = False
-        while frontier:
-            traj = frontier.popleft()
-            if traj.size >= config.min_size:
-                names = traj.names()
-                if names not in seen and not _constant(traj, config, rng):
-                    seen.add(names)
-                    yielded_any = True
-                    yield traj
-            if traj.size >= config.max_size:
-                continue
-            candidates = consumers.get(traj.envs[-1].output.name, [])
-            kept = 0
-            for env in rng.sample(candidates, len(candidates)):
-                if kept >= config.frontier_cap or len(frontier) >= config.max_frontier:
-                    break
-                nxt = try_step(traj, env, config)
-                if nxt is not None:
-                    frontier.append(nxt)
-                    kept += 1
-        if not yielded_any and index > 50 * max(1, len(starts)):
-            return  # rounds keep finding nothing new: the space is exhausted
+    with step_timer():
+        while True:
+            frontier: deque[Trajectory] = deque()
+            for env in rng.sample(starts, len(starts)):
+                root = _root(env, config, seed, index, split)
+                index += 1
+                if root is not None:
+                    frontier.append(root)
+            yielded_any = False
+            while frontier:
+                traj = frontier.popleft()
+                if traj.size >= config.min_size:
+                    names = traj.names()
+                    if names not in seen and not _constant(traj, config, rng):
+                        seen.add(names)
+                        yielded_any = True
+                        yield traj
+                if traj.size >= config.max_size:
+                    continue
+                candidates = consumers.get(traj.envs[-1].output.name, [])
+                kept = 0
+                for env in rng.sample(candidates, len(candidates)):
+                    if kept >= config.frontier_cap or len(frontier) >= config.max_frontier:
+                        break
+                    nxt = try_step(traj, env, config)
+                    if nxt is not None:
+                        frontier.append(nxt)
+                        kept += 1
+            if not yielded_any and index > 50 * max(1, len(starts)):
+                return  # rounds keep finding nothing new: the space is exhausted
 
 
 def take(iterator: Iterator[Any], n: int) -> list[Any]:

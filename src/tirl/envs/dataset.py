@@ -1,0 +1,140 @@
+"""Datasets of composite RACES tasks: an operator mixture over searched trajectories.
+
+`build_tasks` runs the search (`tirl.envs.search`) for one split and turns each composite it
+yields into a task of an operator drawn from the mixture (`tirl.envs.operators`). Each item is
+kept only in the split its content hashes to (`tirl.envs.seeding.split_of` over the path and
+x_0), so train and test never share an item, whatever the seeds. `write_tasks` stores them as
+JSONL or Parquet (one row per task; `Task.from_dict` reads a row back).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tirl.envs.core import Registry
+from tirl.envs.operators import OPERATORS, Task, make_task
+from tirl.envs.search import SearchConfig, search
+from tirl.envs.seeding import SPLITS, split_of
+
+DEFAULT_MIXTURE = {"sequential": 0.4, "parallel": 0.2, "sort": 0.2, "select": 0.2}
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    n: int = 1000
+    seed: int = 0
+    split: str = "train"
+    mixture: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIXTURE))
+    min_size: int = 2
+    max_size: int = 5
+    level: int = 1
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1, got {self.n}")
+        unknown = set(self.mixture) - set(OPERATORS)
+        if unknown:
+            raise ValueError(
+                f"unknown operator {sorted(unknown)[0]!r} in the mixture;"
+                f" expected some of {', '.join(OPERATORS)}"
+            )
+        if any(w < 0 for w in self.mixture.values()) or sum(self.mixture.values()) <= 0:
+            raise ValueError("mixture weights must be non-negative and not all zero")
+
+
+def parse_mixture(text: str) -> dict[str, float]:
+    """'sequential=0.5,sort=0.5' -> {'sequential': 0.5, 'sort': 0.5} (ValueError if malformed)."""
+    mixture = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, weight = part.partition("=")
+        if not sep:
+            raise ValueError(f"mixture entry {part!r} is not operator=weight")
+        try:
+            mixture[name.strip()] = float(weight)
+        except ValueError:
+            raise ValueError(f"mixture weight {weight!r} of {name!r} is not a number") from None
+    return mixture
+
+
+def parse_sizes(text: str) -> tuple[int, int]:
+    """'2-5' -> (2, 5); '3' -> (3, 3)."""
+    lo, _, hi = text.partition("-")
+    try:
+        sizes = int(lo), int(hi or lo)
+    except ValueError:
+        raise ValueError(f"sizes must look like 2-5, got {text!r}") from None
+    if not 1 <= sizes[0] <= sizes[1]:
+        raise ValueError(f"sizes must satisfy 1 <= min <= max, got {text!r}")
+    return sizes
+
+
+def build_tasks(registry: Registry, config: BuildConfig) -> Iterator[Task]:
+    """Up to config.n tasks (fewer only if the search runs out of composites). Each task's size
+    is drawn uniformly from [min_size, max_size] and its operator from the mixture. One search
+    per size (min_size = max_size = s) keeps sizes independent: a search only checks and yields
+    composites of its own size."""
+    rng = random.Random(f"races-build/{config.seed}/{config.split}")
+    operators = list(config.mixture)
+    weights = [config.mixture[o] for o in operators]
+    searches = {
+        s: search(
+            registry,
+            config.seed,
+            SearchConfig(min_size=s, max_size=s, level=config.level),
+            config.split,
+        )
+        for s in range(config.min_size, config.max_size + 1)
+    }
+    made = 0
+    while made < config.n and searches:
+        size = rng.choice(sorted(searches))
+        traj = next(searches[size], None)
+        if traj is None:  # this size is exhausted; the others go on
+            del searches[size]
+            continue
+        content = json.dumps([traj.names(), traj.envs[0].input.render(traj.x0)])
+        if split_of("races", content) != config.split:
+            continue
+        task = make_task(rng.choices(operators, weights)[0], traj, registry, rng)
+        yield replace(task, meta={"split": config.split, "size": traj.size, "seed": config.seed})
+        made += 1
+
+
+def write_tasks(tasks: Iterable[Task], path: str | Path) -> int:
+    """Write tasks as JSONL, or as Parquet when the path ends in .parquet; returns the count."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [t.to_dict() for t in tasks]
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise RuntimeError("writing Parquet needs pyarrow: pip install pyarrow") from None
+        for row in rows:
+            row["meta"] = json.dumps(row["meta"])
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    else:
+        with path.open("w") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return len(rows)
+
+
+def read_tasks(path: str | Path) -> list[Task]:
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(path).to_pylist()
+        for row in rows:
+            row["meta"] = json.loads(row["meta"])
+    else:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [Task.from_dict(r) for r in rows]
