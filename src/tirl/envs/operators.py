@@ -87,43 +87,43 @@ def _render_states(traj: Trajectory) -> tuple[str, ...]:
     return (first, *(e.output.render(y) for e, y in zip(traj.envs, traj.ys)))
 
 
-def sequential(traj: Trajectory) -> Task:
+def _labelled_block(label: str, values: list[str]) -> str:
+    """<answer> with one `label i: value` line per value."""
+    lines = "\n".join(f"{label} {i}: {v}" for i, v in enumerate(values, 1))
+    return f"<answer>\n{lines}\n</answer>"
+
+
+def _per_line_task(operator: str, traj: Trajectory, label: str, intro: str, body: str) -> Task:
     xs = _render_states(traj)
+    placeholders = [f"<result of {label.lower()} {i}>" for i in range(1, traj.size + 1)]
+    prompt = (
+        f"{intro}\n\n{body}\n\nGive every result, one per line, exactly in this form:\n"
+        + _labelled_block(label, placeholders)
+    )
+    return Task(operator, prompt, traj.names(), xs, _labelled_block(label, list(xs[1:])))
+
+
+def sequential(traj: Trajectory) -> Task:
     steps = "\n".join(
         f"Step {i}: {e.instruction} (The result is {e.output.answer_format}.)"
         for i, e in enumerate(traj.envs, 1)
     )
-    form = "\n".join(f"Step {i}: <result of step {i}>" for i in range(1, traj.size + 1))
-    prompt = (
+    x0 = traj.envs[0].input.render(traj.x0)
+    intro = (
         "Start from the input below and apply the steps in order; each step acts on the result"
-        f" of the step before it.\n\nInput: {xs[0]}\n\n{steps}\n\n"
-        "Give the result of every step, one per line, exactly in this form:\n"
-        f"<answer>\n{form}\n</answer>"
+        f" of the step before it.\n\nInput: {x0}"
     )
-    answer = (
-        "<answer>\n" + "\n".join(f"Step {i}: {x}" for i, x in enumerate(xs[1:], 1)) + "\n</answer>"
-    )
-    return Task("sequential", prompt, traj.names(), xs, answer)
+    return _per_line_task("sequential", traj, "Step", intro, steps)
 
 
 def parallel(traj: Trajectory) -> Task:
-    xs = _render_states(traj)
+    inputs = _render_states(traj)[:-1]
     branches = "\n\n".join(
-        f"Branch {i}: {e.instruction}\nInput: {xs[i - 1]}\n(The result is {e.output.answer_format}.)"
-        for i, e in enumerate(traj.envs, 1)
+        f"Branch {i}: {e.instruction}\nInput: {x}\n(The result is {e.output.answer_format}.)"
+        for i, (e, x) in enumerate(zip(traj.envs, inputs), 1)
     )
-    form = "\n".join(f"Branch {i}: <result of branch {i}>" for i in range(1, traj.size + 1))
-    prompt = (
-        "Solve each of the following independent problems; each branch has its own input.\n\n"
-        f"{branches}\n\nGive every result, one per line, exactly in this form:\n"
-        f"<answer>\n{form}\n</answer>"
-    )
-    answer = (
-        "<answer>\n"
-        + "\n".join(f"Branch {i}: {x}" for i, x in enumerate(xs[1:], 1))
-        + "\n</answer>"
-    )
-    return Task("parallel", prompt, traj.names(), xs, answer)
+    intro = "Solve each of the following independent problems; each branch has its own input."
+    return _per_line_task("parallel", traj, "Branch", intro, branches)
 
 
 def _order_prompt(intro: str, envs: list[Environment], xs: tuple[str, ...], rule: str) -> str:
