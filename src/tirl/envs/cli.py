@@ -41,6 +41,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{e.name:40s} {e.input.name:>9s} -> {e.output.name:<9s} {e.instruction}")
     counts = ", ".join(f"{d} {n}" for d, n in registry.domains().items())
     print(f"\n{len(envs)} environments shown; the library has {len(registry)} ({counts})")
+    if args.types:
+        print("\ntype graph (input kind -> output kind: environments):")
+        for (a, b), n in registry.type_graph().items():
+            print(f"  {a:>9s} -> {b:<9s} {n}")
     return 0
 
 
@@ -132,6 +136,7 @@ def add_envs_parser(sub) -> None:
 
     p = envs_sub.add_parser("list", help="list the registered environments")
     p.add_argument("--domain", help="only this domain")
+    p.add_argument("--types", action="store_true", help="also print the type graph")
     p.set_defaults(func=cmd_list)
 
     for name, func, help_ in (

@@ -158,6 +158,14 @@ class Registry:
             graph.setdefault(e.input.name, []).append(e)
         return graph
 
+    def type_graph(self) -> dict[tuple[str, str], int]:
+        """How many environments map each input kind to each output kind: the edges of the
+        type graph whose paths are the composites."""
+        edges: dict[tuple[str, str], int] = {}
+        for e in self._envs.values():
+            edges[e.signature] = edges.get(e.signature, 0) + 1
+        return dict(sorted(edges.items()))
+
     def subset(self, names: Iterable[str]) -> Registry:
         sub = Registry()
         for n in names:

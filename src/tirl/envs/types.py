@@ -256,8 +256,14 @@ class Str(Type):
 
 @dataclass(frozen=True)
 class StrList(Type):
+    """A list of strings; `alphabet` (None: any character), `min_item` and `max_item` bound the
+    items, so an environment can promise small, well-formed outputs to what follows it."""
+
     min_len: int = 0
     max_len: int = 32
+    alphabet: str | None = None
+    min_item: int = 0
+    max_item: int = 200
     name: ClassVar[str] = "str_list"
     answer_format: ClassVar[str] = 'a JSON list of strings, such as ["ab", "c"]'
 
@@ -266,6 +272,12 @@ class StrList(Type):
             return f"not a tuple of strings: {v!r}"
         if not self.min_len <= len(v) <= self.max_len:
             return f"length {len(v)} is outside [{self.min_len}, {self.max_len}]"
+        for w in v:
+            if not self.min_item <= len(w) <= self.max_item:
+                return f"item {w!r} has a length outside [{self.min_item}, {self.max_item}]"
+            if self.alphabet is not None and set(w) - set(self.alphabet):
+                bad = "".join(sorted(set(w) - set(self.alphabet)))
+                return f"item {w!r} has characters {bad!r} outside the alphabet"
         return None
 
     def sample(self, rng, level):
@@ -325,7 +337,7 @@ class Date(Type):
             raise AnswerError(f"{t} is not a calendar date ({e})") from None
 
     def near_misses(self, v, rng):
-        return [v + dt.timedelta(days=1), v - dt.timedelta(days=1), v.replace(year=v.year + 1)]
+        return [v + dt.timedelta(days=1), v - dt.timedelta(days=1), v + dt.timedelta(days=365)]
 
 
 def _rows(data: Any, what: str) -> list[list[Any]]:
