@@ -6,6 +6,8 @@ Rows (medians over --repeats; one process, so the rates are per core):
 - tirl composite tasks: `build_tasks` (randomized BFS with every quality check, then a task of an
   operator drawn from the default mixture) plus scoring the task's reference answer with the
   operator's reward, which must give 1.0; sizes 2-5.
+- tirl distinct composites: what one search yields (sizes 2-5, shortest first), every quality
+  check included, without turning them into tasks.
 - tirl atomic items: sample an input, run the mapper, render the gold and verify it, cycling
   over every library environment.
 - reasoning-gym items (only if `reasoning_gym` imports): `create_dataset(name, size, seed)` and
@@ -24,6 +26,7 @@ import tirl.envs.library  # noqa: F401
 from tirl.envs.core import REGISTRY
 from tirl.envs.dataset import BuildConfig, build_tasks
 from tirl.envs.operators import score
+from tirl.envs.search import SearchConfig, search, take
 from tirl.envs.seeding import item_rng
 
 RG_TASKS = (
@@ -56,6 +59,14 @@ def tirl_composites(n: int, seed: int) -> tuple[float, dict[str, int]]:
         sizes[str(task.meta["size"])] = sizes.get(str(task.meta["size"]), 0) + 1
         made += 1
     return made / (time.perf_counter() - start), sizes
+
+
+def tirl_search(n: int, seed: int) -> float:
+    """Distinct quality-controlled composites of size 2-5 from one search, per second."""
+    start = time.perf_counter()
+    found = take(search(REGISTRY, seed, SearchConfig(min_size=2, max_size=5)), n)
+    assert len({t.names() for t in found}) == len(found) == n
+    return n / (time.perf_counter() - start)
 
 
 def tirl_atomic(n: int, seed: int) -> float:
@@ -91,11 +102,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", help="write the raw rates here")
     args = ap.parse_args()
-    raw: dict[str, list[float]] = {"composite": [], "atomic": [], "reasoning_gym": []}
+    raw: dict[str, list[float]] = {"composite": [], "search": [], "atomic": [], "reasoning_gym": []}
     sizes = {}
     for r in range(args.repeats):
         rate, sizes = tirl_composites(args.tasks, seed=r)
         raw["composite"].append(rate)
+        raw["search"].append(tirl_search(5 * args.tasks, seed=r))
         raw["atomic"].append(tirl_atomic(args.tasks, seed=r))
         rg = reasoning_gym_items(args.tasks, seed=r)
         if rg is not None:
@@ -106,7 +118,8 @@ def main() -> None:
     )
     print("| generator | items/s per core |\n|---|---:|")
     labels = {
-        "composite": "tirl composite tasks (search + QC + operator + reward check)",
+        "composite": "tirl composite tasks, sizes 2-5 uniform (search + QC + operator + reward)",
+        "search": "tirl distinct composites from one search (QC included, shortest first)",
         "atomic": "tirl atomic items (sample + map + verify)",
         "reasoning_gym": f"reasoning-gym items ({len(RG_TASKS)} procedural tasks, create + score)",
     }
