@@ -305,3 +305,31 @@ def test_check_passes_a_well_formed_environment():
 
     assert check_environment(REG.get("toy.square")) == []
     assert check_environment(REG.get("toy.digits")) == []
+
+
+def test_slow_and_oversized_steps_are_dropped():
+    from tirl.envs.search import try_step
+
+    reg = Registry()
+
+    @atomic("slow", SMALL, SMALL, "Wait, then add one.", registry=reg)
+    def sleepy(x):
+        import time
+
+        time.sleep(5)
+        return x + 1
+
+    @atomic(
+        "slow", SMALL, IntList(max_len=10**4, lo=0, hi=0), "List that many zeros.", registry=reg
+    )
+    def zeros(x):
+        return (0,) * (abs(x) + 200)
+
+    from tirl.envs.search import step_timer
+
+    config = SearchConfig(step_timeout_s=0.05, max_render_chars=300)
+    start = Trajectory(7, (), ())
+    with step_timer():
+        assert try_step(start, reg.get("slow.sleepy"), config) is None  # interrupted, dropped
+    assert try_step(start, reg.get("slow.zeros"), config) is None  # too long to state
+    assert try_step(start, REG.get("toy.double"), config).final == 14
