@@ -6,12 +6,7 @@ import pytest
 
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 from tirl.rewards.answer import answer_from_trajectory, extract_boxed, normalize_integer_answer
-from tirl.rewards.reward import (
-    BINARY_REWARD_RANGE,
-    REWARD_FNS,
-    binary_reward,
-    get_reward_fn,
-)
+from tirl.rewards.reward import make_reward
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 
 M, T, P = SegmentKind.MODEL, SegmentKind.TOOL, SegmentKind.PROMPT
@@ -103,18 +98,26 @@ def test_answer_comes_from_model_even_when_tool_boxes_later():
 # ---------------------------------------------------------------- rewards
 
 
-def test_binary_reward_and_registry():
-    assert binary_reward(True) == 1.0
-    assert binary_reward(False) == -1.0
-    assert BINARY_REWARD_RANGE == (-1.0, 1.0)
-    assert REWARD_FNS["zero_one"](True) == 1.0
-    assert REWARD_FNS["zero_one"](False) == 0.0
-    assert get_reward_fn("binary") is binary_reward
-    with pytest.raises(ValueError, match="zero_one"):
-        get_reward_fn("nope")
+def test_binary_and_zero_one_rewards():
+    binary, zero_one = make_reward("binary"), make_reward("zero_one")
+    assert (binary(True), binary(False), binary.range) == (1.0, -1.0, (-1.0, 1.0))
+    assert (zero_one(True), zero_one(False), zero_one.range) == (1.0, 0.0, (0.0, 1.0))
+    with pytest.raises(ValueError, match="unknown reward 'nope'; valid: binary, composite"):
+        make_reward("nope")
+    with pytest.raises(ValueError, match="takes no parameters"):
+        make_reward("binary", alpha=1.0)
 
 
-# ---------------------------------------------------------------- tool stats
+def test_composite_reward_matches_agentmath_formula_by_hand():
+    # R = R_acc + 1[R_acc = 1] * min(R_max, alpha + beta * N_code), alpha 0.1, beta 0.05, R_max 0.25
+    r = make_reward("composite", alpha=0.1, beta=0.05, r_max=0.25)
+    assert r(False, {"num_calls": 9}) == 0.0  # wrong: no bonus, however much code
+    assert r(True, {"num_calls": 0}) == pytest.approx(1.1)  # 1 + min(0.25, 0.1)
+    assert r(True, {"num_calls": 2}) == pytest.approx(1.2)  # 1 + min(0.25, 0.1 + 0.1)
+    assert r(True, {"num_calls": 10}) == pytest.approx(1.25)  # capped: 0.1 + 0.5 > 0.25
+    assert r.range == (0.0, 1.25)
+    with pytest.raises(ValueError, match="beta must be >= 0"):
+        make_reward("composite", beta=-0.1)
 
 
 def _traj_ok_then_error():
@@ -140,12 +143,26 @@ def test_tool_stats_one_ok_one_error():
         "num_ok": 1,
         "num_error": 1,
         "num_skipped": 1,
+        "num_void": 0,
         "all_ok": False,
         "any_error": True,
         "last_ok": False,  # the last *executed* call errored
         "model_tokens": 7,
         "tool_tokens": 5,
     }
+
+
+def test_void_turns_are_empty_outputs_and_repeats_of_the_previous_block():
+    calls = [
+        ToolCall("x = 1", "ok", ""),  # void: no output
+        ToolCall("print(x)", "ok", "1\n"),
+        ToolCall(" print(x) \n", "ok", "1\n"),  # void: repeats the previous block
+        ToolCall("print(x)", "skipped", ""),  # refused, not executed: not a turn
+        ToolCall("print(x + 1)", "ok", "2\n"),
+    ]
+    s = tool_stats(_traj((P, [1], "Q"), (M, [2], "code"), calls=calls))
+    assert (s["num_calls"], s["num_void"]) == (4, 2)
+    assert aggregate_tool_stats([s])["tools/void_mean"] == 2.0
 
 
 def test_tool_stats_without_calls():

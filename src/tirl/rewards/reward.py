@@ -1,44 +1,95 @@
-"""Outcome rewards: map "was the final answer correct" to a scalar.
+"""Outcome rewards: map "was the final answer correct" (and, for shaping, the trajectory's tool
+statistics) to a scalar.
 
-CIR (section 3.1) uses a binary reward, "+1 if correct, else -1"; `zero_one` is the 1/0 variant
-used by most math-RL setups. Composite shaping (format, tool-use bonuses, overlong penalties)
-is out of scope here. Each function's range is declared so downstream code (normalization,
-plots, dynamic sampling's "all correct / all wrong" test) does not hard-code it.
+Every reward is a `Reward`: called as `reward(correct, stats)` with `stats` from
+`tirl.rewards.toolstats.tool_stats`, and declaring its `range` so downstream code
+(normalization, plots, dynamic sampling's "all correct / all wrong" test) need not hard-code it.
+
+- `binary`: CIR §3.1, +1 if correct else −1.
+- `zero_one`: 1 if correct else 0 (most math-RL setups).
+- `composite`: AgentMath's R_total = R_acc + 1[R_acc = 1] · R_tool with
+  R_tool = min(R_max, α + β · N_code) (papers/002, "复合奖励"), where R_acc ∈ {0, 1} is the
+  equivalence verdict and N_code the number of executed code blocks. The bonus applies only to a
+  correct answer, so writing code never pays by itself. The write-up gives no values for α, β
+  and R_max; the defaults here (0, 0.05, 0.2) are ours, chosen so the bonus stays below the gap
+  between a wrong and a right answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-BINARY_REWARD_RANGE: tuple[float, float] = (-1.0, 1.0)
-ZERO_ONE_REWARD_RANGE: tuple[float, float] = (0.0, 1.0)
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 
-def binary_reward(correct: bool) -> float:
-    """+1.0 if correct, else -1.0 (CIR section 3.1). Range: `BINARY_REWARD_RANGE`."""
-    return BINARY_REWARD_RANGE[1] if correct else BINARY_REWARD_RANGE[0]
+class Reward(Protocol):
+    range: tuple[float, float]
+
+    def __call__(self, correct: bool, stats: dict[str, Any] | None = None) -> float: ...
 
 
-def zero_one_reward(correct: bool) -> float:
-    """1.0 if correct, else 0.0. Range: `ZERO_ONE_REWARD_RANGE`."""
-    return ZERO_ONE_REWARD_RANGE[1] if correct else ZERO_ONE_REWARD_RANGE[0]
+@dataclass(frozen=True)
+class BinaryReward:
+    """+1.0 if correct, else −1.0 (CIR §3.1)."""
+
+    range: tuple[float, float] = (-1.0, 1.0)
+
+    def __call__(self, correct: bool, stats: dict[str, Any] | None = None) -> float:
+        return self.range[1] if correct else self.range[0]
 
 
-REWARD_FNS: dict[str, Callable[[bool], float]] = {
-    "binary": binary_reward,
-    "zero_one": zero_one_reward,
+@dataclass(frozen=True)
+class ZeroOneReward:
+    """1.0 if correct, else 0.0."""
+
+    range: tuple[float, float] = (0.0, 1.0)
+
+    def __call__(self, correct: bool, stats: dict[str, Any] | None = None) -> float:
+        return self.range[1] if correct else self.range[0]
+
+
+@dataclass(frozen=True)
+class CompositeReward:
+    """R_total = R_acc + 1[R_acc = 1] · min(R_max, α + β · N_code) (AgentMath).
+
+    N_code is `stats["num_calls"]`: the code blocks that were executed (a block refused because
+    the tool budget was spent is not a call). β must be non-negative (the bonus grows with code
+    use, up to R_max), so R_total lies in {0} ∪ [1 + min(α, R_max), 1 + R_max].
+    """
+
+    alpha: float = 0.0
+    beta: float = 0.05
+    r_max: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.beta < 0:
+            raise ValueError(f"composite reward: beta must be >= 0, got {self.beta}")
+
+    @property
+    def range(self) -> tuple[float, float]:
+        low_correct = 1.0 + min(self.alpha, self.r_max)
+        return min(0.0, low_correct), 1.0 + self.r_max
+
+    def __call__(self, correct: bool, stats: dict[str, Any] | None = None) -> float:
+        if not correct:
+            return 0.0
+        n_code = (stats or {}).get("num_calls", 0)
+        return 1.0 + min(self.r_max, self.alpha + self.beta * n_code)
+
+
+REWARDS: dict[str, type] = {
+    "binary": BinaryReward,
+    "zero_one": ZeroOneReward,
+    "composite": CompositeReward,
 }
 
-REWARD_RANGES: dict[str, tuple[float, float]] = {
-    "binary": BINARY_REWARD_RANGE,
-    "zero_one": ZERO_ONE_REWARD_RANGE,
-}
 
-
-def get_reward_fn(name: str) -> Callable[[bool], float]:
-    """Look up a reward function by name; raise ValueError listing the valid names."""
+def make_reward(name: str, **params: float) -> Reward:
+    """The reward called `name` with its parameters; ValueError naming the valid choices."""
     try:
-        return REWARD_FNS[name]
+        cls = REWARDS[name]
     except KeyError:
-        valid = ", ".join(sorted(REWARD_FNS))
-        raise ValueError(f"unknown reward {name!r}; valid: {valid}") from None
+        raise ValueError(f"unknown reward {name!r}; valid: {', '.join(sorted(REWARDS))}") from None
+    try:
+        return cls(**params)
+    except TypeError:
+        raise ValueError(f"reward {name!r} takes no parameters {sorted(params)}") from None

@@ -2,7 +2,9 @@
 
 A tool call with status "skipped" was refused because the interaction budget was spent; it is
 not counted as a call. Every other status that is not "ok" (error, timeout, ...) counts as an
-error. Token counts separate model tokens (trained on) from tool tokens (masked out).
+error. A *void turn* is an executed call that gave the model nothing new: its output was empty,
+or its code repeated the previous call's code exactly (after stripping surrounding whitespace).
+Token counts separate model tokens (trained on) from tool tokens (masked out).
 """
 
 from __future__ import annotations
@@ -19,18 +21,24 @@ def tool_stats(traj: Trajectory) -> dict:
     """Statistics of one trajectory.
 
     Keys: `num_calls` (executed calls: status != "skipped"), `num_ok`, `num_error` (executed,
-    status != "ok"), `num_skipped`, `all_ok` (at least one call and no error), `any_error`,
-    `last_ok` (whether the last executed call returned "ok"; None with no calls),
+    status != "ok"), `num_skipped`, `num_void` (executed calls with empty output, or whose code
+    repeats the previous executed call's), `all_ok` (at least one call and no error),
+    `any_error`, `last_ok` (whether the last executed call returned "ok"; None with no calls),
     `model_tokens`, `tool_tokens`.
     """
     executed = [c for c in traj.tool_calls if c.status != SKIPPED]
     num_ok = sum(c.status == OK for c in executed)
     num_error = len(executed) - num_ok
+    num_void = sum(
+        not c.output_text.strip() or (i > 0 and c.code.strip() == executed[i - 1].code.strip())
+        for i, c in enumerate(executed)
+    )
     return {
         "num_calls": len(executed),
         "num_ok": num_ok,
         "num_error": num_error,
         "num_skipped": len(traj.tool_calls) - len(executed),
+        "num_void": num_void,
         "all_ok": bool(executed) and num_error == 0,
         "any_error": num_error > 0,
         "last_ok": executed[-1].status == OK if executed else None,
@@ -46,7 +54,8 @@ def _ratio(num: float, den: float) -> float:
 def aggregate_tool_stats(stats: list[dict]) -> dict:
     """Batch metrics from a list of `tool_stats` results.
 
-    - `tools/calls_mean`, `tools/errors_mean`: mean calls / errors per trajectory.
+    - `tools/calls_mean`, `tools/errors_mean`, `tools/void_mean`: mean calls / errors / void
+      turns per trajectory.
     - `tools/ok_share`, `tools/error_share`: ok (error) calls / all executed calls in the batch,
       so trajectories with many calls weigh more.
     - `tools/last_ok_rate`: share of trajectories whose last executed call was ok, over
@@ -65,6 +74,7 @@ def aggregate_tool_stats(stats: list[dict]) -> dict:
     return {
         "tools/calls_mean": calls / n,
         "tools/errors_mean": sum(s["num_error"] for s in stats) / n,
+        "tools/void_mean": sum(s["num_void"] for s in stats) / n,
         "tools/ok_share": _ratio(sum(s["num_ok"] for s in stats), calls),
         "tools/error_share": _ratio(sum(s["num_error"] for s in stats), calls),
         "tools/last_ok_rate": _ratio(sum(bool(s["last_ok"]) for s in with_call), len(with_call)),

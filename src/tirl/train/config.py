@@ -102,7 +102,12 @@ class RLConfig:
     temperature: float = 1.0
     max_model_tokens: int = 64  # model tokens per trajectory (tool tokens not counted)
     advantage: Literal["grpo", "drgrpo"] = "grpo"
-    reward: Literal["binary", "zero_one"] = "binary"  # binary = CIR's +1 / -1
+    reward: Literal["binary", "zero_one", "composite"] = "binary"  # binary = CIR's +1 / -1
+    # AgentMath's composite reward (tirl.rewards.reward.CompositeReward), used when
+    # reward is "composite": R = R_acc + 1[R_acc = 1] * min(max, alpha + beta * N_code).
+    composite_alpha: float = 0.0
+    composite_beta: float = 0.05
+    composite_max: float = 0.2
     clip_low: float = 0.2
     clip_high: float = 0.28
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
@@ -117,6 +122,8 @@ class RLConfig:
     )
 
     def validate(self) -> None:
+        if self.composite_beta < 0:
+            raise ConfigError(f"rl.composite_beta must be >= 0, got {self.composite_beta}")
         if not 0 <= self.clip_low < 1 or self.clip_high < 0:
             raise ConfigError(
                 f"rl.clip_low must be in [0, 1) and rl.clip_high >= 0, got {self.clip_low}, {self.clip_high}"

@@ -23,7 +23,7 @@ from tirl.algos.losses import agg_loss, kl_penalty, ppo_clip_loss
 from tirl.envs.arithmetic import Task
 from tirl.eval.evaluate import score
 from tirl.protocol.segments import Trajectory
-from tirl.rewards.reward import REWARD_FNS
+from tirl.rewards.reward import make_reward
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.synth.arithmetic import prompt_for
@@ -63,6 +63,12 @@ class RLTrainer:
         self.max_output_chars = max_output_chars  # as in evaluation: one view of tool output
         self.logger = logger
         self.variant = variant
+        params = {}
+        if cfg.reward == "composite":
+            params = dict(
+                alpha=cfg.composite_alpha, beta=cfg.composite_beta, r_max=cfg.composite_max
+            )
+        self.reward = make_reward(cfg.reward, **params)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
         warmup = max(1, cfg.warmup_steps * cfg.updates_per_step)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -103,8 +109,7 @@ class RLTrainer:
         trajs, budget = await self.sample(step)
         rollout_s = time.perf_counter() - start
         cfg = self.cfg
-        reward_fn = REWARD_FNS[cfg.reward]
-        rewards = torch.tensor([reward_fn(bool(t.meta["correct"])) for t in trajs])
+        rewards = torch.tensor([self.reward(bool(t.meta["correct"]), tool_stats(t)) for t in trajs])
         groups = torch.tensor([t.meta["group"] for t in trajs])
         advantages = group_advantages(rewards, groups, cfg.advantage)  # [B]
 
