@@ -68,6 +68,7 @@ class Quickstart:
         )
         self.results: dict[str, dict] = {}
         self.samples: list[Trajectory] = []
+        self.tokenizer = None  # set by run()
 
     async def run(self) -> dict:
         cfg = self.cfg
@@ -76,6 +77,7 @@ class Quickstart:
             _, tokenizer = load_policy(cfg.model.name_or_path)
         else:
             tokenizer = make_tokenizer(cfg, self.env)
+        self.tokenizer = tokenizer  # the report shows token boundaries with it
         async with Sandbox(limits, preload=tuple(cfg.sandbox.preload)) as sandbox:
             for variant in cfg.variants:
                 await self.run_variant(variant, tokenizer, sandbox)
@@ -223,6 +225,7 @@ def run_quickstart(cfg: RunConfig, overwrite: bool = True) -> tuple[Path, dict]:
         metrics_path=run_dir / "metrics.jsonl",
         samples=quickstart.samples,
         config=to_dict(cfg),
+        tokenizer=quickstart.tokenizer,
     )
     print(format_summary_table(summary_rows(results)))
     return run_dir, {**results, "wall_s": wall_s}

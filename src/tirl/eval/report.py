@@ -10,13 +10,13 @@ Outputs, under the run folder:
   Figure 4 (code pass rate over RL);
 - `report.md`: summary tables, the plots as relative image links, sample trajectories;
 - `report.html`: one self-contained file (plots inlined as base64, no external assets) whose
-  trajectory viewer colours model and interpreter tokens apart and can grey out every token
-  masked from the loss.
+  sample trajectories are drawn by `tirl.eval.viewer`: model and interpreter tokens in two
+  colours, a toggle that greys out every token masked from the loss, a correct/wrong filter.
 
 Scope: this module reads and draws; it computes no new statistics beyond last values and sums.
-It does not read checkpoints, call a model or decode token ids (a segment with ids but no text
-is shown as a token count). Any metric may be missing: a figure, panel or column with no data is
-left out rather than drawn empty.
+It does not read checkpoints or call a model; it splits segments into tokens only when given the
+tokenizer (a segment with ids but no text is otherwise shown as a token count). Any metric may
+be missing: a figure, panel or column with no data is left out rather than drawn empty.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from tirl.protocol.segments import SegmentKind, Trajectory
+from tirl.eval import viewer
+from tirl.protocol.segments import Trajectory
 
 VARIANT_ORDER = ("code", "text")
 PHASE_ORDER = ("before_sft", "sft", "rl")
@@ -468,11 +469,6 @@ def _sample_facts(traj: Trajectory) -> list[str]:
     return facts
 
 
-def _verdict(traj: Trajectory) -> str:
-    correct = traj.meta.get("correct")
-    return "correct" if correct else ("wrong" if correct is not None else "unscored")
-
-
 def _segment_text(seg) -> str:
     return seg.text if seg.text else f"[{len(seg.ids)} tokens, no text]"
 
@@ -531,7 +527,7 @@ def _markdown(title, rows, training, plots, picked, config, run_dir) -> str:
             fence = _fence(response)
             question = str(traj.meta.get("question", "")).strip() or "(no question recorded)"
             out += [
-                f"### {i}. {traj.meta.get('variant', '?')} · {_verdict(traj)}",
+                f"### {i}. {traj.meta.get('variant', '?')} · {viewer.verdict(traj)}",
                 "",
                 *(f"> {line}" for line in question.splitlines()),
                 "",
@@ -559,24 +555,9 @@ table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:.5em 0}
 th,td{border:1px solid #d0d7de;padding:3px 9px;text-align:right}
 th{background:#f6f8fa} td.txt,th.txt{text-align:left}
 figure{margin:1em 0} figcaption{font-weight:600;margin-bottom:.3em} img{max-width:100%}
-.traj{border:1px solid #d0d7de;border-radius:6px;padding:.6em .9em;margin:1em 0}
-.traj h3{margin:.2em 0} .facts{color:#57606a;font-size:.9em}
-.correct{color:#1a7f37} .wrong{color:#cf222e} .unscored{color:#57606a}
 pre{white-space:pre-wrap;word-break:break-word;background:#f6f8fa;padding:.7em;border-radius:4px;
   font:12.5px/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
-.tok-model{color:#0b4fb3}
-.tok-tool{color:#8a4b00;background:#fff1db}
-.tok-prompt{color:#57606a}
-body.grey-masked .tok-tool,body.grey-masked .tok-prompt{color:#b1b7bd;background:#eef0f2}
-.chip{display:inline-block;padding:0 .4em;border-radius:3px;font-family:ui-monospace,monospace}
-.controls{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #eee}
 """
-
-_TOGGLE = (
-    '<label><input type="checkbox" id="grey-masked" '
-    "onchange=\"document.body.classList.toggle('grey-masked', this.checked)\"> "
-    "grey out tokens masked from the loss</label>"
-)
 
 
 def _html_table(header: list[str], body: list[list[str]]) -> str:
@@ -593,40 +574,12 @@ def _html_table(header: list[str], body: list[list[str]]) -> str:
     return "<table>" + row(header, "th") + "".join(row(r, "td") for r in body) + "</table>"
 
 
-def _html_trajectory(i: int, traj: Trajectory) -> str:
-    spans, prompt = [], []
-    for seg in traj.segments:
-        mask = int(seg.kind is SegmentKind.MODEL)
-        label = f"{seg.kind.value} · {len(seg.ids)} tokens · loss mask {mask}"
-        span = (
-            f'<span class="tok-{seg.kind.value}" title="{html.escape(label)}">'
-            f"{html.escape(_segment_text(seg))}</span>"
-        )
-        (prompt if seg.kind is SegmentKind.PROMPT else spans).append(span)
-    verdict = _verdict(traj)
-    question = html.escape(str(traj.meta.get("question", "")).strip() or "(no question recorded)")
-    parts = [
-        '<div class="traj">',
-        f"<h3>{i}. {html.escape(str(traj.meta.get('variant', '?')))} · "
-        f'<span class="{verdict}">{verdict}</span></h3>',
-        f"<div><b>Question:</b> {question}</div>",
-        f'<div class="facts">{html.escape(" · ".join(_sample_facts(traj)))}</div>',
-    ]
-    if prompt:
-        parts.append(
-            f"<details><summary>prompt ({traj.prompt_len} tokens, masked)</summary>"
-            f"<pre>{''.join(prompt)}</pre></details>"
-        )
-    parts += [f"<pre>{''.join(spans)}</pre>", "</div>"]
-    return "\n".join(parts)
-
-
-def _html(title, rows, training, plots, picked, config) -> str:
+def _html(title, rows, training, plots, picked, config, tokenizer=None) -> str:
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{_CSS}{viewer.VIEWER_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
     ]
     headline = _headline(rows)
@@ -649,19 +602,13 @@ def _html(title, rows, training, plots, picked, config) -> str:
             f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}"></figure>'
         )
     if picked:
-        out += [
-            "<h2>Sample trajectories</h2>",
-            '<div class="controls">',
-            '<span class="chip tok-model">model tokens (loss mask 1)</span> ',
-            '<span class="chip tok-tool">interpreter output (loss mask 0)</span> ',
-            '<span class="chip tok-prompt">prompt (loss mask 0)</span> &nbsp; ',
-            _TOGGLE,
-            "</div>",
-        ]
-        out += [_html_trajectory(i, t) for i, t in enumerate(picked, start=1)]
+        out += ["<h2>Sample trajectories</h2>", viewer.controls_html(picked)]
+        out += [viewer.trajectory_html(i, t, tokenizer) for i, t in enumerate(picked, start=1)]
     if config:
         body = html.escape(json.dumps(config, indent=2, default=str))
         out.append(f"<h2>Config</h2><details><summary>config</summary><pre>{body}</pre></details>")
+    if picked:
+        out.append(f"<script>{viewer.VIEWER_JS}</script>")
     out.append("</body></html>")
     return "\n".join(out)
 
@@ -678,11 +625,13 @@ def write_report(
     title: str = "tirl quickstart",
     config: dict | None = None,
     max_samples: int = 6,
+    tokenizer=None,
 ) -> dict[str, Path]:
     """Write `run_dir/plots/*.png`, `run_dir/report.md` and `run_dir/report.html`.
 
     `samples` may be Trajectory objects or `Trajectory.to_dict()` dicts; at most `max_samples`
-    are shown, mixing variants and correct/wrong answers. Returns
+    are shown, mixing variants and correct/wrong answers. With `tokenizer` (the one that made
+    the ids) the HTML shows every token as its own element. Returns
     {"markdown": path, "html": path, "plots": plots folder}.
     """
     run_dir = Path(run_dir)
@@ -700,5 +649,7 @@ def write_report(
         _markdown(title, rows, training, plots, picked, config, run_dir), encoding="utf-8"
     )
     html_path = run_dir / "report.html"
-    html_path.write_text(_html(title, rows, training, plots, picked, config), encoding="utf-8")
+    html_path.write_text(
+        _html(title, rows, training, plots, picked, config, tokenizer), encoding="utf-8"
+    )
     return {"markdown": md_path, "html": html_path, "plots": plots_dir}
