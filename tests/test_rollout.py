@@ -2,58 +2,16 @@
 
 import asyncio
 
-import pytest
 import torch
+from conftest import CODES  # noqa: E402  (the scripted model's prompts and code)
 
 from tirl.backends.hf import HFEngine
 from tirl.envs.arithmetic import Task
 from tirl.eval.evaluate import score
-from tirl.protocol.fences import render_code, render_tool_output
 from tirl.protocol.segments import SegmentKind
 from tirl.rollout.runner import BUDGET_SPENT_MESSAGE, Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
-from tirl.synth.arithmetic import to_trajectory
 from tirl.train.batch import collate, token_logprobs
-from tirl.train.config import SFTConfig
-from tirl.train.sft import train_sft
-
-CODES = {
-    "A:\n": "print(1/0)",  # raises
-    "B:\n": "while True:\n    pass",  # times out
-    "C:\n": 'print("\\\\boxed{42}")',  # the interpreter, not the model, prints a box
-    "D:\n": "print(6 * 7)",
-}
-
-
-@pytest.fixture(scope="module")
-def scripted_model(tokenizer):
-    """A real tiny model trained until it writes one fixed code block per prompt."""
-    from tirl.models.tiny import TinyModelSpec, build_model
-
-    model = build_model(
-        tokenizer, TinyModelSpec(hidden_size=64, layers=2, heads=2, max_positions=256), seed=0
-    )
-    demos = [
-        to_trajectory(
-            [
-                (SegmentKind.PROMPT, prompt),
-                (SegmentKind.MODEL, render_code(code)),
-                (SegmentKind.TOOL, render_tool_output("x")),
-                (SegmentKind.MODEL, "done"),
-            ],
-            tokenizer,
-            {},
-        )
-        for prompt, code in CODES.items()
-    ]
-    train_sft(
-        model,
-        demos,
-        SFTConfig(steps=150, batch_size=8, lr=3e-3, warmup_steps=5),
-        pad_id=tokenizer.pad_token_id,
-        seed=0,
-    )
-    return model.eval()
 
 
 def _rollout(model, tokenizer, prompts, settings, limits=None):

@@ -1,0 +1,128 @@
+"""The generation interface of `HFEngine`, served by an OpenAI-compatible completions server
+(vLLM, SGLang, or `tirl serve`).
+
+Token ids in, token ids out: the engine keeps each sequence's ids and sends them as the prompt
+(`prompt` as a list of ints), asking for the generated ids back (`return_token_ids`, as vLLM
+does) and for the stop string to stay in the output (`include_stop_str_in_output`), so that
+what the rollout records is exactly what the model was conditioned on. A server that returns
+only text has it re-tokenized with the local tokenizer (then the ids are a best effort, which
+is fine for evaluation and wrong for training: the engine says so in `exact_ids`).
+
+Code boundaries: a server cannot run the rollout's stop function (CIR's exact match on the
+closing fence), so the engine asks it to stop at every "```" and checks the function itself. A
+fence that opens a block is not a boundary: generation simply continues, one more request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+
+from tirl.backends.hf import GenOutput, StopFn
+
+FENCE = "```"
+
+
+class OpenAIEngine:
+    def __init__(
+        self,
+        base_url: str,
+        tokenizer,
+        *,
+        model: str | None = None,
+        max_concurrency: int = 64,
+        timeout_s: float = 600.0,
+        seed: int | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.tokenizer = tokenizer
+        self.model = model
+        self.seed = seed
+        self.exact_ids = True  # False once the server answered with text only
+        self._history: dict[object, list[int]] = {}
+        self._limit = asyncio.Semaphore(max_concurrency)
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._http: aiohttp.ClientSession | None = None
+
+    async def _session(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=self._timeout, trust_env=False)
+            if self.model is None:
+                async with self._http.get(f"{self.base_url}/v1/models") as r:
+                    r.raise_for_status()
+                    self.model = (await r.json())["data"][0]["id"]
+        return self._http
+
+    async def _complete(self, ids: list[int], max_tokens: int, temperature: float, stop: bool):
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": ids,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "logprobs": 1,
+            "return_token_ids": True,
+            "include_stop_str_in_output": True,
+            "skip_special_tokens": False,
+        }
+        if stop:
+            body["stop"] = [FENCE]
+        if self.seed is not None:
+            body["seed"] = self.seed
+        http = await self._session()
+        async with self._limit, http.post(f"{self.base_url}/v1/completions", json=body) as r:
+            if r.status != 200:
+                raise RuntimeError(f"{self.base_url} answered {r.status}: {(await r.text())[:300]}")
+            return (await r.json())["choices"][0]
+
+    def _ids_of(self, choice: dict) -> tuple[list[int], list[float]]:
+        ids = choice.get("token_ids")
+        if ids is None:
+            self.exact_ids = False
+            ids = self.tokenizer.encode(choice["text"], add_special_tokens=False)
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        if len(logprobs) != len(ids):
+            logprobs = [0.0] * len(ids)
+        return list(ids), [float(x) for x in logprobs]
+
+    async def generate(
+        self,
+        key: object,
+        feed_ids: list[int],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        stop: StopFn | None = None,
+    ) -> GenOutput:
+        history = self._history.setdefault(key, [])
+        history.extend(feed_ids)
+        new_ids: list[int] = []
+        new_logprobs: list[float] = []
+        while len(new_ids) < max_new_tokens:
+            choice = await self._complete(
+                history + new_ids, max_new_tokens - len(new_ids), temperature, stop is not None
+            )
+            ids, logprobs = self._ids_of(choice)
+            new_ids += ids
+            new_logprobs += logprobs
+            finish = choice.get("finish_reason")
+            if finish == "length" or not ids:
+                break
+            if finish == "stop" and choice.get("stop_reason") == FENCE and stop is not None:
+                if stop(new_ids):
+                    history.extend(new_ids)
+                    return GenOutput(new_ids, new_logprobs, "boundary")
+                continue  # the fence opened a block: keep generating
+            history.extend(new_ids)
+            return GenOutput(new_ids, new_logprobs, "stop")
+        history.extend(new_ids)
+        return GenOutput(new_ids, new_logprobs, "length")
+
+    def release(self, key: object) -> None:
+        self._history.pop(key, None)
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
