@@ -87,3 +87,44 @@ def test_quickstart_runs_end_to_end_on_a_small_budget(tmp_path, capsys):
         main(["eval", str(run / "code" / "rl"), "task.test_items=2", "eval.max_model_tokens=16"])
         == 0
     )
+    # benchmarks: a local file in the MATH-500 layout, resumed from the results folder
+    bench = tmp_path / "mini.jsonl"
+    rows = [
+        {
+            "problem": f"Compute {a} * 3.",
+            "answer": str(3 * a),
+            "subject": "Arithmetic",
+            "level": 1,
+            "unique_id": f"mini/{a}",
+        }
+        for a in (11, 12, 13)
+    ]
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "bench_eval"
+    args = [
+        "eval",
+        str(run / "code" / "rl"),
+        "--benchmark",
+        str(bench),
+        "-k",
+        "2",
+        "--max-tokens",
+        "16",
+        "--out",
+        str(out),
+    ]
+    assert main(args) == 0
+    samples = (out / "mini.samples.jsonl").read_text()
+    assert len(samples.splitlines()) == 6
+    assert main(args) == 0 and (out / "mini.samples.jsonl").read_text() == samples  # resumed
+    metrics = json.loads((out / "metrics.json").read_text())["mini"]
+    assert metrics["n_items"] == 3 and "avg@2_ci95" in metrics
+    assert (out / "report.md").is_file() and (out / "accuracy.png").is_file()
+    assert "<html" in (out / "viewer.html").read_text()
+    assert main(["view", str(out / "mini.samples.jsonl"), "-o", str(tmp_path / "v.html")]) == 0
+    assert (tmp_path / "v.html").is_file()
+    assert main(["view", str(tmp_path / "missing")]) == 2
+    capsys.readouterr()
+    assert main(["eval", str(run / "code" / "rl"), "--benchmark", "math5000"]) == 2
+    err = capsys.readouterr().err
+    assert "--benchmark math5000" in err and "math500, aime24" in err and "Traceback" not in err

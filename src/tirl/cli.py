@@ -47,39 +47,174 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_url(model: str) -> bool:
+    return model.startswith(("http://", "https://"))
+
+
+def _policy(args: argparse.Namespace, cfg):
+    """(model or None for a server URL, tokenizer), checked before anything slow runs."""
+    from tirl.models.tiny import load_policy
+
+    if _is_url(args.model):
+        if not args.tokenizer:
+            raise ConfigError("a server URL needs --tokenizer (a folder or hub name) to tokenize")
+        from transformers import AutoTokenizer
+
+        return None, AutoTokenizer.from_pretrained(args.tokenizer)
+    if not Path(args.model).exists() and "/" not in args.model:
+        raise ConfigError(f"model {args.model!r} is neither a folder, a hub name nor a URL")
+    model, tokenizer = load_policy(args.model)
+    return model.to(cfg.device).eval(), tokenizer
+
+
+class _Engine:
+    """The HF engine for a local model, the OpenAI-compatible client for a server URL."""
+
+    def __init__(self, args, cfg, model, tokenizer) -> None:
+        from tirl.backends.hf import HFEngine
+        from tirl.backends.openai import OpenAIEngine
+
+        if model is None:
+            self.engine = OpenAIEngine(args.model, tokenizer, seed=cfg.seed)
+        else:
+            self.engine = HFEngine(
+                model, tokenizer.eos_token_id, max_batch=cfg.rollout_batch, seed=cfg.seed
+            )
+
+    async def __aenter__(self):
+        return self.engine
+
+    async def __aexit__(self, *exc) -> None:
+        if hasattr(self.engine, "aclose"):
+            await self.engine.aclose()
+        else:
+            self.engine.close()
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
-    from tirl.backends.hf import HFEngine
     from tirl.envs.arithmetic import ArithmeticEnv
-    from tirl.models.tiny import load_policy
     from tirl.quickstart import evaluate_policy
     from tirl.rollout.runner import Rollout
     from tirl.sandbox import Sandbox, SandboxLimits
 
     hf_logging.set_verbosity_error()
     cfg = _load_run_config(args.config, args.overrides)
-    if not Path(args.model).exists() and "/" not in args.model:
-        raise ConfigError(f"model {args.model!r} is neither a folder nor a hub name (owner/name)")
-    model, tokenizer = load_policy(args.model)
-    model.to(cfg.device).eval()
+    items = _benchmark_items(args) if args.benchmark else None  # before the model: fail fast
+    model, tokenizer = _policy(args, cfg)
+    limits = SandboxLimits(timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
+    if items is not None:
+        return _eval_benchmarks(args, cfg, model, tokenizer, limits, items)
     tasks = ArithmeticEnv(tuple(cfg.task.kinds), cfg.task.digits, cfg.seed).items(
         "test", cfg.task.test_items
     )
-    limits = SandboxLimits(timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
 
     async def run() -> dict:
         async with Sandbox(limits, preload=tuple(cfg.sandbox.preload)) as sandbox:
-            engine = HFEngine(
-                model, tokenizer.eos_token_id, max_batch=cfg.rollout_batch, seed=cfg.seed
-            )
-            metrics, _ = await evaluate_policy(
-                Rollout(engine, tokenizer, sandbox), tasks, cfg, not args.no_tools, "eval"
-            )
-            engine.close()
+            async with _Engine(args, cfg, model, tokenizer) as engine:
+                metrics, _ = await evaluate_policy(
+                    Rollout(engine, tokenizer, sandbox), tasks, cfg, not args.no_tools, "eval"
+                )
             return metrics
 
     print(json.dumps(asyncio.run(run()), indent=2))
+    return 0
+
+
+def _benchmark_items(args: argparse.Namespace) -> dict[str, list]:
+    """The items of every --benchmark, loaded before any model work so a typo fails fast."""
+    from tirl.eval.benchmarks import load_benchmark, load_races
+
+    items = {}
+    for name in (n.strip() for spec in args.benchmark for n in spec.split(",") if n.strip()):
+        try:
+            loaded = (
+                load_races(args.limit or 200)
+                if name == "races"
+                else load_benchmark(name, args.data_dir)
+            )
+        except (ValueError, ImportError) as e:
+            raise ConfigError(f"--benchmark {name}: {e}") from None
+        key = Path(name).stem if Path(name).suffix in (".jsonl", ".parquet") else name
+        items[key] = loaded[: args.limit] if args.limit else loaded
+    return items
+
+
+def _eval_benchmarks(args, cfg, model, tokenizer, limits, items) -> int:
+    """`tirl eval MODEL --benchmark ...`: resumable benchmark evaluation with the tool loop."""
+    from tirl.eval.benchmark_eval import benchmark_metrics, run_benchmark, write_benchmark_report
+    from tirl.rewards.verify import verify_answer
+    from tirl.rollout.runner import Rollout, RolloutSettings
+    from tirl.sandbox import Sandbox
+
+    k = 1 if args.temperature == 0 else args.k
+    settings = RolloutSettings(
+        max_model_tokens=args.max_tokens,
+        tool_budget=cfg.eval.tool_budget,
+        temperature=args.temperature,
+        use_tools=not args.no_tools,
+        max_output_chars=cfg.sandbox.max_output_chars,
+    )
+    out_dir = Path(args.out)
+
+    async def run() -> dict:
+        results = {}
+        async with Sandbox(limits, preload=tuple(cfg.sandbox.preload)) as sandbox:
+            async with _Engine(args, cfg, model, tokenizer) as engine:
+                rollout = Rollout(engine, tokenizer, sandbox)
+                for name, its in items.items():
+                    records = await run_benchmark(
+                        rollout, name, its, settings, k, out_dir, verify_answer
+                    )
+                    results[name] = benchmark_metrics(records, k)
+        return results
+
+    results = asyncio.run(run())
+    paths = write_benchmark_report(results, out_dir, f"tirl eval {args.model}")
+    from tirl.eval.viewer import load_trajectories, write_viewer
+
+    trajs = load_trajectories(out_dir)
+    paths.append(write_viewer(trajs, out_dir / "viewer.html", "tirl eval", tokenizer=tokenizer))
+    print((out_dir / "report.md").read_text())
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from tirl.backends.server import serve
+
+    if not Path(args.model).exists() and "/" not in args.model:
+        raise ConfigError(f"model {args.model!r} is neither a folder nor a hub name")
+    if not 0 <= args.port <= 65535 or args.max_batch < 1:
+        raise ConfigError("--port must be in 0..65535 and --max-batch at least 1")
+    serve(args.model, args.host, args.port, args.max_batch)
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from tirl.eval.viewer import find_tokenizer, load_trajectories, write_viewer
+
+    path = Path(args.path)
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist (give a run folder or a trajectories .jsonl)")
+    trajs = load_trajectories(path)
+    if not trajs:
+        raise ConfigError(f"{path} holds no trajectories")
+    tokenizer = None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    elif path.is_dir():
+        tokenizer = find_tokenizer(path)
+    out = (
+        Path(args.output)
+        if args.output
+        else (path if path.is_dir() else path.parent) / "viewer.html"
+    )
+    write_viewer(trajs, out, f"tirl trajectories: {path}", tokenizer=tokenizer)
+    print(f"wrote {out} ({len(trajs)} trajectories)")
     return 0
 
 
@@ -170,9 +305,34 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "eval", help="evaluate a saved model (folder or hub name) on the held-out split"
     )
-    p.add_argument("model", help="model folder (e.g. runs/quickstart/code/rl) or hub name")
+    p.add_argument(
+        "model",
+        help="model folder (e.g. runs/quickstart/code/rl), hub name, or the URL of an"
+        " OpenAI-compatible server (vLLM, SGLang, tirl serve)",
+    )
+    p.add_argument(
+        "--tokenizer", help="with a server URL: the model's tokenizer (folder or hub name)"
+    )
     add_config_args(p)
     p.add_argument("--no-tools", action="store_true", help="evaluate without the interpreter")
+    p.add_argument(
+        "--benchmark",
+        action="append",
+        help="math500, aime24, aime25, amc23, olymmath-easy, olymmath-hard, hmmt, a file, or"
+        " races (repeatable or comma-separated); without it, the config's arithmetic test split",
+    )
+    p.add_argument(
+        "--data-dir", help="folder or file with the benchmark data (else $TIRL_BENCHMARK_DIR)"
+    )
+    p.add_argument("-k", type=int, default=4, help="samples per item when sampling (default 4)")
+    p.add_argument("--temperature", type=float, default=1.0, help="0 decodes greedily (k = 1)")
+    p.add_argument("--max-tokens", type=int, default=512, help="model tokens per trajectory")
+    p.add_argument("--limit", type=int, help="only the first N items of each benchmark")
+    p.add_argument(
+        "--out",
+        default="runs/eval",
+        help="results folder; rerunning resumes from it (default runs/eval)",
+    )
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("config", help="print (or write) the resolved config")
@@ -226,6 +386,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--idle-ttl-s", default="600", help="close sessions idle this many seconds (default: 600)"
     )
     p.set_defaults(func=cmd_sandbox_serve, config=None, overrides=[])  # see _split_overrides
+
+    p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible completions API")
+    p.add_argument("model", help="model folder or hub name")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (default 8000)")
+    p.add_argument("--max-batch", type=int, default=64, help="sequences decoded together")
+    p.set_defaults(func=cmd_serve, config=None, overrides=[])
+
+    p = sub.add_parser(
+        "view", help="write an HTML viewer of trajectories (model vs interpreter tokens, loss mask)"
+    )
+    p.add_argument("path", help="a run folder, or a .jsonl of trajectories / eval samples")
+    p.add_argument("--tokenizer", help="tokenizer folder or hub name, to show token boundaries")
+    p.add_argument("-o", "--output", help="the HTML file (default: viewer.html beside the input)")
+    p.set_defaults(func=cmd_view, config=None, overrides=[])
 
     add_envs_parser(sub)
     return parser

@@ -1,16 +1,17 @@
-"""Read the final answer out of a trajectory: the last `\\boxed{...}` in the model's own tokens.
+"""Read the final answer from the model's own tokens: the last `\\boxed{...}` or `<answer>` tag.
 
 Invariant (DESIGN.md 3): the answer is read from `Trajectory.model_text` only. A `\\boxed{}` the
 interpreter printed is tool output and never scores; otherwise a policy could learn to
 `print("\\boxed{...}")` a guessed answer and be credited for the tool's text.
 
 Scope: string extraction and integer normalization (AIME-style answers). Symbolic equivalence of
-general math answers belongs to a verifier (e.g. math-verify), not here.
+general math answers is `tirl.rewards.verify` (math-verify in worker processes), not here.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from tirl.protocol.segments import Trajectory
 
@@ -41,6 +42,19 @@ def _match_brace(text: str, start: int) -> int | None:
     return None
 
 
+def _last_boxed(text: str) -> tuple[int, str | None] | None:
+    """(start, content) of the last top-level box; content None if that box never closes."""
+    last: tuple[int, str | None] | None = None
+    pos = 0
+    while (m := _BOX_OPEN.search(text, pos)) is not None:
+        end = _match_brace(text, m.end())
+        if end is None:
+            return m.start(), None  # the last box opened never closes: no answer
+        last = (m.start(), text[m.end() : end - 1].strip())
+        pos = end
+    return last
+
+
 def extract_boxed(text: str) -> str | None:
     """Content of the last top-level `\\boxed{...}` (or `\\boxed {...}`, `\\fbox{...}`) in `text`.
 
@@ -48,15 +62,48 @@ def extract_boxed(text: str) -> str | None:
     box is part of the outer one's content. Returns the content stripped of surrounding
     whitespace, or None if there is no box or the last box is not closed.
     """
-    answer: str | None = None
-    pos = 0
-    while (m := _BOX_OPEN.search(text, pos)) is not None:
-        end = _match_brace(text, m.end())
-        if end is None:
-            return None  # the last box opened never closes: no answer
-        answer = text[m.end() : end - 1].strip()
-        pos = end
-    return answer
+    found = _last_boxed(text)
+    return None if found is None else found[1]
+
+
+_ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
+_ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
+
+
+def _last_answer_tag(text: str) -> tuple[int, str | None] | None:
+    """(start, answer) of the last `<answer>` tag; answer None if the tag never closes or is empty.
+
+    A box inside the tag is unwrapped: `<answer>so \\boxed{42}</answer>` answers 42.
+    """
+    opens = list(_ANSWER_OPEN.finditer(text))
+    if not opens:
+        return None
+    start = opens[-1]
+    close = _ANSWER_CLOSE.search(text, start.end())
+    if close is None:
+        return start.start(), None  # cut off before `</answer>`: no answer
+    content = text[start.end() : close.start()]
+    boxed = _last_boxed(content)
+    answer = boxed[1] if boxed is not None else content.strip()
+    return start.start(), answer or None
+
+
+_EXTRACTORS = {"boxed": _last_boxed, "answer_tag": _last_answer_tag}
+
+
+def extract_answer(text: str, formats: Sequence[str] = ("boxed", "answer_tag")) -> str | None:
+    """The last answer in `text` in any of `formats`: "boxed" (`\\boxed{}`, `\\fbox{}`) or
+    "answer_tag" (`<answer>...</answer>`).
+
+    "Last" is by where the answer starts, so a later box beats an earlier tag and the other way
+    round. As with `extract_boxed`, an answer that is opened last but never closed (a truncated
+    generation) gives None rather than an earlier answer. Pass the model's own text only.
+    """
+    unknown = [f for f in formats if f not in _EXTRACTORS]
+    if unknown or not formats:
+        raise ValueError(f"unknown answer formats {unknown}; valid: {', '.join(_EXTRACTORS)}")
+    found = [hit for f in formats if (hit := _EXTRACTORS[f](text)) is not None]
+    return max(found, key=lambda hit: hit[0])[1] if found else None
 
 
 # An optionally signed integer, digits either plain or in comma-separated thousands groups.
@@ -85,10 +132,11 @@ def normalize_integer_answer(s: str | None) -> int | None:
 _CODE_BLOCK = re.compile(r"```python\n.*?(\n```|$)", re.DOTALL)
 
 
-def answer_from_trajectory(traj: Trajectory) -> str | None:
-    """The last boxed answer in the model's prose (DESIGN.md invariant 3).
+def answer_from_trajectory(traj: Trajectory, formats: Sequence[str] = ("boxed",)) -> str | None:
+    """The last answer in the model's prose (DESIGN.md invariant 3); boxed only by default.
 
     Tool output is never read, and neither is the inside of the model's own code blocks:
-    `print("\\boxed{42}")` is a program that prints a box, not an answer.
+    `print("\\boxed{42}")` is a program that prints a box, not an answer. `formats` as in
+    `extract_answer`; pass ("boxed", "answer_tag") for prompts that ask for `<answer>` tags.
     """
-    return extract_boxed(_CODE_BLOCK.sub("", traj.model_text))
+    return extract_answer(_CODE_BLOCK.sub("", traj.model_text), formats)
