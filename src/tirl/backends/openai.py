@@ -8,9 +8,10 @@ what the rollout records is exactly what the model was conditioned on. A server 
 only text has it re-tokenized with the local tokenizer (then the ids are a best effort, which
 is fine for evaluation and wrong for training: the engine says so in `exact_ids`).
 
-Code boundaries: a server cannot run the rollout's stop function (CIR's exact match on the
-closing fence), so the engine asks it to stop at every "```" and checks the function itself. A
-fence that opens a block is not a boundary: generation simply continues, one more request.
+Code boundaries: a server cannot run the rollout's stop function (e.g. CIR's exact match on the
+closing fence), so the engine asks it to stop at the protocol's `server_stop` strings ("```" for
+fences) and checks the function itself. A stop that is not a boundary (a fence that opens a
+block) is not one: generation simply continues, one more request.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ class OpenAIEngine:
                     self.model = (await r.json())["data"][0]["id"]
         return self._http
 
-    async def _complete(self, ids: list[int], max_tokens: int, temperature: float, stop: bool):
+    async def _complete(
+        self, ids: list[int], max_tokens: int, temperature: float, stops: tuple[str, ...]
+    ):
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": ids,
@@ -66,8 +69,8 @@ class OpenAIEngine:
             "include_stop_str_in_output": True,
             "skip_special_tokens": False,
         }
-        if stop:
-            body["stop"] = [FENCE]
+        if stops:
+            body["stop"] = list(stops)
         if self.seed is not None:
             body["seed"] = self.seed
         http = await self._session()
@@ -99,9 +102,11 @@ class OpenAIEngine:
         history.extend(feed_ids)
         new_ids: list[int] = []
         new_logprobs: list[float] = []
+        # the protocol's stop function says where a server should stop (see tirl.protocol)
+        stops = tuple(getattr(stop, "server_stop", (FENCE,))) if stop is not None else ()
         while len(new_ids) < max_new_tokens:
             choice = await self._complete(
-                history + new_ids, max_new_tokens - len(new_ids), temperature, stop is not None
+                history + new_ids, max_new_tokens - len(new_ids), temperature, stops
             )
             ids, logprobs = self._ids_of(choice)
             new_ids += ids
@@ -109,7 +114,7 @@ class OpenAIEngine:
             finish = choice.get("finish_reason")
             if finish == "length" or not ids:
                 break
-            if finish == "stop" and choice.get("stop_reason") == FENCE and stop is not None:
+            if finish == "stop" and choice.get("stop_reason") in stops:
                 if stop(new_ids):
                     history.extend(new_ids)
                     return GenOutput(new_ids, new_logprobs, "boundary")

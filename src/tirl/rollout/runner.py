@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
 from tirl.backends.hf import HFEngine
-from tirl.protocol.fences import closed_code_block, render_tool_output
+from tirl.protocol.fences import CIR_FENCES, Protocol
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 from tirl.sandbox import Sandbox, format_result
 
@@ -30,8 +30,11 @@ class RolloutSettings:
     """How one trajectory is generated.
 
     `tool_budget` is the most code blocks that run per trajectory (CIR's interaction budget);
-    a block closed after that is answered with `BUDGET_SPENT_MESSAGE` instead of being run.
-    With `use_tools` False the model is a plain text generator (the text-only baseline).
+    a block closed after that is answered with `budget_spent_message` (rendered as tool output)
+    instead of being run. With `use_tools` False the model is a plain text generator (the
+    text-only baseline). `protocol` says how code blocks are written and detected and how tool
+    output is rendered: CIR's markdown fences with exact-match boundaries by default
+    (`tirl.protocol`).
     """
 
     max_model_tokens: int = 96
@@ -39,6 +42,27 @@ class RolloutSettings:
     temperature: float = 1.0
     use_tools: bool = True
     max_output_chars: int = 512
+    protocol: Protocol = CIR_FENCES
+    budget_spent_message: str = BUDGET_SPENT_MESSAGE
+
+
+@dataclass(frozen=True)
+class BlockClosed:
+    """The rollout's stop function: True once the new ids finish a code block.
+
+    `server_stop` is for engines that ask a server to stop early and then call this function
+    (`OpenAIEngine`): the strings at which such a stop can be a boundary under the protocol.
+    """
+
+    decode: Callable[[list[int]], str]
+    protocol: Protocol
+
+    @property
+    def server_stop(self) -> tuple[str, ...]:
+        return self.protocol.server_stop
+
+    def __call__(self, new_ids: list[int]) -> bool:
+        return self.protocol.closed_block(self.decode(new_ids)) is not None
 
 
 class Rollout:
@@ -65,7 +89,8 @@ class Rollout:
         traj = Trajectory(
             segments=[Segment(SegmentKind.PROMPT, prompt_ids, prompt)], meta=dict(meta or {})
         )
-        stop = self._code_closed if settings.use_tools else None
+        protocol = settings.protocol
+        stop = BlockClosed(self.decode, protocol) if settings.use_tools else None
         feed, session, model_tokens = prompt_ids, None, 0
         try:
             while True:
@@ -83,10 +108,10 @@ class Rollout:
                 if out.finish_reason != "boundary":
                     traj.finish_reason = out.finish_reason
                     break
-                code = closed_code_block(text)
+                code = protocol.closed_block(text)
                 executed = [c for c in traj.tool_calls if c.status != "skipped"]
                 if len(executed) >= settings.tool_budget:
-                    call = ToolCall(code, "skipped", BUDGET_SPENT_MESSAGE)
+                    call = ToolCall(code, "skipped", settings.budget_spent_message)
                 else:
                     if session is None:
                         session = await self.sandbox.session()
@@ -98,7 +123,7 @@ class Rollout:
                         result.duration_s,
                     )
                 traj.tool_calls.append(call)
-                tool_text = render_tool_output(call.output_text)
+                tool_text = protocol.render_output(call.output_text)
                 feed = self.encode(tool_text)
                 traj.segments.append(Segment(SegmentKind.TOOL, feed, tool_text))
                 if model_tokens >= settings.max_model_tokens:
@@ -109,10 +134,6 @@ class Rollout:
             if session is not None:
                 await session.close()
         return traj
-
-    def _code_closed(self, new_ids: list[int]) -> bool:
-        # Exact match (CIR §2.3.2): a block counts once its closing fence is in the text.
-        return closed_code_block(self.decode(new_ids)) is not None
 
     async def run_many(
         self,
