@@ -76,10 +76,11 @@ def test_grpo_loop_and_vectorized_agree_on_random_data(normalize_std):
         )
 
 
-def test_advantage_registry():
-    assert get_advantage_estimator("grpo") is grpo
-    assert "grpo" in ADVANTAGE_ESTIMATORS
-    with pytest.raises(ValueError, match="grpo"):
+def test_advantage_registry_holds_token_estimators_and_lists_names_on_error():
+    names = {"grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline"}
+    assert set(ADVANTAGE_ESTIMATORS) == names
+    assert get_advantage_estimator("grpo") is ADVANTAGE_ESTIMATORS["grpo"]
+    with pytest.raises(ValueError, match="drgrpo.*grpo.*reinforce\\+\\+-baseline.*rloo"):
         get_advantage_estimator("nope")
 
 
