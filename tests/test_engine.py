@@ -42,7 +42,36 @@ def test_ragged_batched_generation_matches_full_forward(tiny_model, tokenizer):
             )
             < 1e-4
         )
+    assert engine.reused_steps > 0  # the decode fast path was part of what matched
     engine.close()
+
+
+def test_reusing_the_batch_cache_changes_nothing_sampled(tiny_model, tokenizer):
+    """Seeded sampling with and without the decode fast path gives the same ids and
+    log-probabilities, with requests joining and leaving mid-way."""
+    prompts = [tokenizer(f"Problem: {i} + {i * 13}\n")["input_ids"] for i in range(6)]
+
+    def run(reuse: bool):
+        engine = HFEngine(tiny_model, -1, max_batch=4, reuse_batch_cache=reuse)
+
+        async def one(key, prompt):
+            a = await engine.generate(key, prompt, max_new_tokens=3 + key, seed=key)
+            b = await engine.generate(key, [7, 8], max_new_tokens=5, seed=100 + key)
+            return a.ids + b.ids, a.logprobs + b.logprobs
+
+        async def main():
+            return await asyncio.gather(*(one(k, p) for k, p in enumerate(prompts)))
+
+        out = asyncio.run(main())
+        engine.close()
+        return out, engine.reused_steps
+
+    with_reuse, reused = run(True)
+    without, not_reused = run(False)
+    assert reused > 0 and not_reused == 0
+    for (ids_a, lp_a), (ids_b, lp_b) in zip(with_reuse, without):
+        assert ids_a == ids_b
+        assert max(abs(x - y) for x, y in zip(lp_a, lp_b)) < 1e-5
 
 
 def test_greedy_is_deterministic_and_respects_limits(tiny_model, tokenizer):
@@ -70,3 +99,24 @@ def test_stop_function_ends_a_call_at_the_boundary(tiny_model, tokenizer):
 
     out = asyncio.run(run())
     assert len(out.ids) == 3 and out.finish_reason == "boundary"
+
+
+def test_static_admission_waits_for_the_whole_batch_before_new_keys(tiny_model, tokenizer):
+    prompt = tokenizer("Problem:")["input_ids"]
+
+    async def main():
+        engine = HFEngine(tiny_model, -1, max_batch=2, admission="static")
+        gen = [asyncio.create_task(engine.generate(k, prompt, max_new_tokens=3)) for k in "abc"]
+        await asyncio.gather(gen[0], gen[1])  # a and b form the batch
+        await asyncio.sleep(0.05)
+        held_while_members_live = not gen[2].done()
+        engine.release("a")
+        await asyncio.sleep(0.05)
+        held_while_one_member_lives = not gen[2].done()
+        engine.release("b")  # the batch is done: c is admitted
+        out = await asyncio.wait_for(gen[2], 10)
+        engine.close()
+        return held_while_members_live, held_while_one_member_lives, out
+
+    held_a, held_b, out = asyncio.run(main())
+    assert held_a and held_b and len(out.ids) == 3

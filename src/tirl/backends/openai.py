@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from tirl.backends.hf import GenOutput, StopFn
+from tirl.backends.server_stops import generate_with_server_stops
 
 FENCE = "```"
 
@@ -57,7 +58,12 @@ class OpenAIEngine:
         return self._http
 
     async def _complete(
-        self, ids: list[int], max_tokens: int, temperature: float, stops: tuple[str, ...]
+        self,
+        ids: list[int],
+        max_tokens: int,
+        temperature: float,
+        stops: tuple[str, ...],
+        seed: int | None = None,
     ):
         body: dict[str, Any] = {
             "model": self.model,
@@ -71,8 +77,8 @@ class OpenAIEngine:
         }
         if stops:
             body["stop"] = list(stops)
-        if self.seed is not None:
-            body["seed"] = self.seed
+        if seed is not None or self.seed is not None:
+            body["seed"] = seed if seed is not None else self.seed
         http = await self._session()
         async with self._limit, http.post(f"{self.base_url}/v1/completions", json=body) as r:
             if r.status != 200:
@@ -97,32 +103,18 @@ class OpenAIEngine:
         max_new_tokens: int,
         temperature: float = 1.0,
         stop: StopFn | None = None,
+        seed: int | None = None,
     ) -> GenOutput:
         history = self._history.setdefault(key, [])
         history.extend(feed_ids)
-        new_ids: list[int] = []
-        new_logprobs: list[float] = []
-        # the protocol's stop function says where a server should stop (see tirl.protocol)
-        stops = tuple(getattr(stop, "server_stop", (FENCE,))) if stop is not None else ()
-        while len(new_ids) < max_new_tokens:
-            choice = await self._complete(
-                history + new_ids, max_new_tokens - len(new_ids), temperature, stops
-            )
-            ids, logprobs = self._ids_of(choice)
-            new_ids += ids
-            new_logprobs += logprobs
-            finish = choice.get("finish_reason")
-            if finish == "length" or not ids:
-                break
-            if finish == "stop" and choice.get("stop_reason") in stops:
-                if stop(new_ids):
-                    history.extend(new_ids)
-                    return GenOutput(new_ids, new_logprobs, "boundary")
-                continue  # the fence opened a block: keep generating
-            history.extend(new_ids)
-            return GenOutput(new_ids, new_logprobs, "stop")
-        history.extend(new_ids)
-        return GenOutput(new_ids, new_logprobs, "length")
+
+        async def complete(ids, max_tokens, stops, request_seed):
+            choice = await self._complete(ids, max_tokens, temperature, stops, request_seed)
+            return (*self._ids_of(choice), choice.get("finish_reason"), choice.get("stop_reason"))
+
+        return await generate_with_server_stops(
+            complete, history, max_new_tokens, stop, seed, default_stops=(FENCE,)
+        )
 
     def release(self, key: object) -> None:
         self._history.pop(key, None)

@@ -68,6 +68,9 @@ class CompletionServer:
             return _bad("max_tokens must be a positive integer")
         if not isinstance(temperature, (int, float)) or temperature < 0:
             return _bad("temperature must be a non-negative number")
+        seed = body.get("seed")
+        if seed is not None and not isinstance(seed, int):
+            return _bad("seed must be an integer")
         stops = body.get("stop") or []
         stops = [stops] if isinstance(stops, str) else list(stops)
         self.requests += 1
@@ -88,6 +91,7 @@ class CompletionServer:
                 max_new_tokens=max_tokens,
                 temperature=float(temperature),
                 stop=stop_fn if stops else None,
+                seed=seed,
             )
         finally:
             self.engine.release(key)

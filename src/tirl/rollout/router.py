@@ -95,6 +95,7 @@ class Router:
         max_new_tokens: int,
         temperature: float = 1.0,
         stop: StopFn | None = None,
+        seed: int | None = None,
     ) -> GenOutput:
         if not feed_ids:
             raise ValueError("generate needs at least one token to feed")
@@ -129,7 +130,12 @@ class Router:
                 self.load[target] += weight
                 try:
                     out = await self.replicas[target].generate(
-                        key, feed, max_new_tokens=max_new_tokens, temperature=temperature, stop=stop
+                        key,
+                        feed,
+                        max_new_tokens=max_new_tokens,
+                        temperature=temperature,
+                        stop=stop,
+                        **({} if seed is None else {"seed": seed}),
                     )
                 except Exception as exc:  # a dead server: move the key, keep the trajectory
                     last_error = exc

@@ -6,23 +6,64 @@ keeps one stateful sandbox session for all its code blocks, opened at its first 
 
 What the trajectory holds is exactly what the model saw: the prompt ids, the ids the sampler
 returned, and the ids of each tool output tokenized on its own (DESIGN.md invariant 1).
+
+Scheduling limits (`Rollout(max_generating=, max_tool_calls=)`): at most `max_generating`
+trajectories have a request at the engine and at most `max_tool_calls` cells (or session
+starts) are in flight at the sandbox. The two are separate semaphores, each held only around
+its own await, so a trajectory waiting on the sandbox never holds a generation slot.
+
+Partial rollouts (AgentMath §3, AReaL's interruptible generation): with
+`RolloutSettings.segment_tokens` (L_seg) and `segment_tool_calls` (T_seg), `start` and `resume`
+run one *segment* of a trajectory: it stops once it has sampled L_seg model tokens or run
+T_seg code blocks in this segment, and comes back as a `PartialRollout` holding its tokens
+and its live sandbox session. `resume` continues it, usually in the next training step under
+new weights. The engine's KV cache is always released at the end of a segment and the resumed
+segment feeds the whole history again (a re-prefill): the weights have changed, so that cache
+is stale (AReaL discards and recomputes it the same way), and keeping it would hold engine
+memory through the training step. `run` / `run_many` ignore segment budgets and always finish.
+`tirl.rollout.partial.PartialRolloutPool` carries partials across steps with a staleness bound.
+
+Seeds: a trajectory with `meta["seed"]` samples from its own random streams (one per engine
+call, derived from the seed and its progress), so the same seed gives the same trajectory
+whatever else is in the batch, when its tools return, or how many processes share the work.
+
+Policy versions: every model segment records `Rollout.policy_version` at the time it was
+sampled, in `trajectory.meta["policy_versions"]` (one entry per segment, None for prompt and
+tool segments); `token_policy_versions(traj)` expands it to one version per id.
+
+Failure isolation: an exception inside one trajectory (a dead engine replica, a sandbox that
+cannot start a session) ends that trajectory with finish_reason "error" and
+`meta["error"]`; `Rollout.cancel(rollout_id)` ends one with finish_reason "cancelled". Either
+way the others go on. A session whose process dies mid-cell answers Status.KILLED, which the
+model sees as tool output like any other failure (ToolCall.status "killed"). An asyncio
+cancellation of the task that awaits `run` propagates as usual (after the engine key is
+released and the session closed).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from tirl.backends.hf import HFEngine
 from tirl.protocol.fences import CIR_FENCES, Protocol
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
-from tirl.sandbox import Sandbox, format_result
+from tirl.sandbox import Sandbox, SessionBase, format_result
 
 BUDGET_SPENT_MESSAGE = "Tool-call budget spent: this code was not run."
+VERSIONS_KEY = "policy_versions"  # meta key: one policy version per segment (None if not sampled)
+
+
+def _call_seed(traj: Trajectory) -> dict:
+    """`seed=` for the engine when the trajectory has `meta["seed"]`: a fresh sampling stream
+    per call, fixed by the trajectory's seed and how far it has got, so that what it samples
+    does not depend on batching, scheduling, segment cuts or the number of processes."""
+    seed = traj.meta.get("seed")
+    return {} if seed is None else {"seed": seed * 100_003 + traj.num_model_tokens}
 
 
 @dataclass(frozen=True)
@@ -35,6 +76,10 @@ class RolloutSettings:
     text-only baseline). `protocol` says how code blocks are written and detected and how tool
     output is rendered: CIR's markdown fences with exact-match boundaries by default
     (`tirl.protocol`).
+
+    `segment_tokens` (L_seg) and `segment_tool_calls` (T_seg) are the per-segment budgets of
+    partial rollouts (`Rollout.start` / `resume`): a segment ends after L_seg model tokens or
+    after its T_seg-th code block's output is appended, whichever comes first. None: no limit.
     """
 
     max_model_tokens: int = 96
@@ -44,25 +89,78 @@ class RolloutSettings:
     max_output_chars: int = 512
     protocol: Protocol = CIR_FENCES
     budget_spent_message: str = BUDGET_SPENT_MESSAGE
+    segment_tokens: int | None = None
+    segment_tool_calls: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("segment_tokens", "segment_tool_calls"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
 
 
 @dataclass(frozen=True)
 class BlockClosed:
     """The rollout's stop function: True once the new ids finish a code block.
 
-    `server_stop` is for engines that ask a server to stop early and then call this function
-    (`OpenAIEngine`): the strings at which such a stop can be a boundary under the protocol.
+    `prefix` holds the model ids sampled since the last tool output in earlier calls (a block
+    opened before a segment ended closes in the next one). `server_stop` is for engines that
+    ask a server to stop early and then call this function (`OpenAIEngine`): the strings at
+    which such a stop can be a boundary under the protocol.
     """
 
     decode: Callable[[list[int]], str]
     protocol: Protocol
+    prefix: tuple[int, ...] = ()
 
     @property
     def server_stop(self) -> tuple[str, ...]:
         return self.protocol.server_stop
 
     def __call__(self, new_ids: list[int]) -> bool:
-        return self.protocol.closed_block(self.decode(new_ids)) is not None
+        return self.protocol.closed_block(self.decode([*self.prefix, *new_ids])) is not None
+
+
+@dataclass
+class PartialRollout:
+    """A trajectory stopped at its segment budget: its tokens so far and its live session.
+
+    `trajectory.finish_reason` is "partial". `segments_run` counts the segments (training
+    steps) it has spanned. Pass it to `Rollout.resume`, or `close()` it to drop it.
+    """
+
+    trajectory: Trajectory
+    session: SessionBase | None
+    segments_run: int = 1
+
+    @property
+    def oldest_version(self) -> int | None:
+        versions = [v for v in self.trajectory.meta.get(VERSIONS_KEY, []) if v is not None]
+        return min(versions) if versions else None
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+
+def token_policy_versions(traj: Trajectory) -> list[int]:
+    """One policy version per id of `traj.ids`; -1 on prompt and tool tokens (as AReaL)."""
+    versions = traj.meta.get(VERSIONS_KEY) or [None] * len(traj.segments)
+    return [-1 if v is None else v for s, v in zip(traj.segments, versions) for _ in s.ids]
+
+
+@dataclass
+class _Run:
+    """One trajectory in flight (one segment of it, for partial rollouts)."""
+
+    rollout_id: object
+    traj: Trajectory
+    session: SessionBase | None
+    key: int  # the engine key: new per segment, since a segment ends by releasing it
+    feed: list[int]  # ids the engine has not seen yet
+    cancel_reason: str | None = None
+    task: asyncio.Future | None = field(default=None, repr=False)
 
 
 class Rollout:
@@ -70,10 +168,23 @@ class Rollout:
 
     _keys = itertools.count()
 
-    def __init__(self, engine: HFEngine, tokenizer, sandbox: Sandbox | None) -> None:
+    def __init__(
+        self,
+        engine,
+        tokenizer,
+        sandbox: Sandbox | None,
+        *,
+        max_generating: int | None = None,
+        max_tool_calls: int | None = None,
+        policy_version: int = 0,
+    ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.sandbox = sandbox
+        self.policy_version = policy_version
+        self._gen_slots = _limit(max_generating)
+        self._tool_slots = _limit(max_tool_calls)
+        self._running: dict[object, _Run] = {}
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -81,59 +192,51 @@ class Rollout:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    # ------------------------------------------------------------------ public API
     async def run(
         self, prompt: str, settings: RolloutSettings, meta: dict | None = None
     ) -> Trajectory:
-        key = next(self._keys)
-        prompt_ids = self.encode(prompt)
-        traj = Trajectory(
-            segments=[Segment(SegmentKind.PROMPT, prompt_ids, prompt)], meta=dict(meta or {})
+        """One whole trajectory (segment budgets are ignored)."""
+        return await self._go(self._new_run(prompt, meta), settings, segmented=False)
+
+    async def start(
+        self, prompt: str, settings: RolloutSettings, meta: dict | None = None
+    ) -> Trajectory | PartialRollout:
+        """The first segment of a trajectory: finished, or partial at the segment budget."""
+        return await self._go(self._new_run(prompt, meta), settings, segmented=True)
+
+    async def resume(
+        self, partial: PartialRollout, settings: RolloutSettings
+    ) -> Trajectory | PartialRollout:
+        """The next segment of `partial`, re-prefilling its whole history under a new key."""
+        traj = partial.trajectory
+        traj.finish_reason = "stop"
+        run = _Run(
+            traj.meta.get("rollout_id", next(self._keys)),
+            traj,
+            partial.session,
+            next(self._keys),
+            traj.ids,
         )
-        protocol = settings.protocol
-        stop = BlockClosed(self.decode, protocol) if settings.use_tools else None
-        feed, session, model_tokens = prompt_ids, None, 0
-        try:
-            while True:
-                out = await self.engine.generate(
-                    key,
-                    feed,
-                    max_new_tokens=settings.max_model_tokens - model_tokens,
-                    temperature=settings.temperature,
-                    stop=stop,
-                )
-                model_tokens += len(out.ids)
-                text = self.decode(out.ids)
-                if out.ids:
-                    traj.segments.append(Segment(SegmentKind.MODEL, out.ids, text, out.logprobs))
-                if out.finish_reason != "boundary":
-                    traj.finish_reason = out.finish_reason
-                    break
-                code = protocol.closed_block(text)
-                executed = [c for c in traj.tool_calls if c.status != "skipped"]
-                if len(executed) >= settings.tool_budget:
-                    call = ToolCall(code, "skipped", settings.budget_spent_message)
-                else:
-                    if session is None:
-                        session = await self.sandbox.session()
-                    result = await session.run(code)
-                    call = ToolCall(
-                        code,
-                        result.status.value,
-                        format_result(result, max_chars=settings.max_output_chars),
-                        result.duration_s,
-                    )
-                traj.tool_calls.append(call)
-                tool_text = protocol.render_output(call.output_text)
-                feed = self.encode(tool_text)
-                traj.segments.append(Segment(SegmentKind.TOOL, feed, tool_text))
-                if model_tokens >= settings.max_model_tokens:
-                    traj.finish_reason = "length"
-                    break
-        finally:
-            self.engine.release(key)
-            if session is not None:
-                await session.close()
-        return traj
+        partial.session = None  # the run owns it now
+        out = await self._go(run, settings, segmented=True)
+        if isinstance(out, PartialRollout):
+            out.segments_run = partial.segments_run + 1
+        return out
+
+    def cancel(self, rollout_id: object, reason: str = "cancelled by Rollout.cancel") -> bool:
+        """End one running trajectory now; it returns with finish_reason "cancelled" and
+        `meta["error"] = reason`. False if no trajectory of that id is running."""
+        run = self._running.get(rollout_id)
+        if run is None or run.task is None or run.task.done():
+            return False
+        run.cancel_reason = reason
+        run.task.cancel()
+        return True
+
+    def running(self) -> dict[object, Trajectory]:
+        """The trajectories in flight, by rollout id (`meta["rollout_id"]` if given)."""
+        return {rid: run.traj for rid, run in self._running.items()}
 
     async def run_many(
         self,
@@ -155,3 +258,131 @@ class Rollout:
             return list(await asyncio.gather(*(one(p, m) for p, m in zip(prompts, metas))))
         finally:
             bar.close()
+
+    # ------------------------------------------------------------------ one trajectory
+    def _new_run(self, prompt: str, meta: dict | None) -> _Run:
+        key = next(self._keys)
+        meta = dict(meta or {})
+        prompt_ids = self.encode(prompt)
+        traj = Trajectory(segments=[Segment(SegmentKind.PROMPT, prompt_ids, prompt)], meta=meta)
+        traj.meta[VERSIONS_KEY] = [None]
+        return _Run(meta.get("rollout_id", key), traj, None, key, prompt_ids)
+
+    async def _go(
+        self, run: _Run, settings: RolloutSettings, segmented: bool
+    ) -> Trajectory | PartialRollout:
+        """Drive `run` in its own task (so that `cancel` can end it alone) and report how it
+        ended. The engine key is always released; the session is kept only for a partial."""
+        traj = run.traj
+        traj.meta.setdefault(VERSIONS_KEY, [None] * len(traj.segments))
+        run.task = asyncio.ensure_future(self._drive(run, settings, segmented))
+        self._running[run.rollout_id] = run
+        partial = False
+        try:
+            partial = await run.task
+        except asyncio.CancelledError:
+            if run.cancel_reason is None:  # our caller was cancelled: let it propagate
+                raise
+            traj.finish_reason = "cancelled"
+            traj.meta["error"] = run.cancel_reason
+        except Exception as exc:  # one trajectory's failure never takes the others down
+            traj.finish_reason = "error"
+            traj.meta["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._running.pop(run.rollout_id, None)
+            self.engine.release(run.key)
+            if not partial and run.session is not None:
+                await run.session.close()
+        if partial:
+            traj.finish_reason = "partial"
+            return PartialRollout(traj, run.session)
+        return traj
+
+    async def _drive(self, run: _Run, settings: RolloutSettings, segmented: bool) -> bool:
+        """Generate and execute until the trajectory ends (False) or, when `segmented`, until
+        the segment budget is spent (True)."""
+        traj, protocol = run.traj, settings.protocol
+        seg_tokens = seg_calls = 0
+        seg_token_cap = settings.segment_tokens if segmented else None
+        seg_call_cap = settings.segment_tool_calls if segmented else None
+        while True:
+            left = settings.max_model_tokens - traj.num_model_tokens
+            max_new = left if seg_token_cap is None else min(left, seg_token_cap - seg_tokens)
+            turn = _turn_ids(traj)
+            stop = BlockClosed(self.decode, protocol, tuple(turn)) if settings.use_tools else None
+            async with self._gen_slots:
+                out = await self.engine.generate(
+                    run.key,
+                    run.feed,
+                    max_new_tokens=max_new,
+                    temperature=settings.temperature,
+                    stop=stop,
+                    **_call_seed(traj),
+                )
+            run.feed = []
+            seg_tokens += len(out.ids)
+            if out.ids:
+                self._append(
+                    traj,
+                    Segment(SegmentKind.MODEL, out.ids, self.decode(out.ids), out.logprobs),
+                    self.policy_version,
+                )
+            if out.finish_reason != "boundary":
+                spent = traj.num_model_tokens >= settings.max_model_tokens
+                seg_spent = seg_token_cap is not None and seg_tokens >= seg_token_cap
+                if out.finish_reason == "length" and seg_spent and not spent:
+                    return True  # the segment budget ran out, not the trajectory's
+                traj.finish_reason = out.finish_reason
+                return False
+            code = protocol.closed_block(self.decode(turn + out.ids))
+            call = await self._tool_call(run, code, settings)
+            traj.tool_calls.append(call)
+            tool_text = protocol.render_output(call.output_text)
+            run.feed = self.encode(tool_text)
+            self._append(traj, Segment(SegmentKind.TOOL, run.feed, tool_text), None)
+            seg_calls += 1
+            if traj.num_model_tokens >= settings.max_model_tokens:
+                traj.finish_reason = "length"
+                return False
+            if seg_call_cap is not None and seg_calls >= seg_call_cap:
+                return True
+            if seg_token_cap is not None and seg_tokens >= seg_token_cap:
+                return True
+
+    async def _tool_call(self, run: _Run, code: str, settings: RolloutSettings) -> ToolCall:
+        executed = [c for c in run.traj.tool_calls if c.status != "skipped"]
+        if len(executed) >= settings.tool_budget:
+            return ToolCall(code, "skipped", settings.budget_spent_message)
+        async with self._tool_slots:
+            if run.session is None:
+                run.session = await self.sandbox.session()
+            result = await run.session.run(code)
+        return ToolCall(
+            code,
+            result.status.value,
+            format_result(result, max_chars=settings.max_output_chars),
+            result.duration_s,
+        )
+
+    @staticmethod
+    def _append(traj: Trajectory, segment: Segment, version: int | None) -> None:
+        traj.segments.append(segment)
+        traj.meta[VERSIONS_KEY].append(version)
+
+
+def _turn_ids(traj: Trajectory) -> list[int]:
+    """The model ids sampled since the last tool output (or the prompt)."""
+    ids: list[int] = []
+    for s in reversed(traj.segments):
+        if s.kind is not SegmentKind.MODEL:
+            break
+        ids[:0] = s.ids
+    return ids
+
+
+def _limit(n: int | None) -> asyncio.Semaphore | contextlib.nullcontext:
+    if n is None:
+        return contextlib.nullcontext()
+    if n < 1:
+        raise ValueError(f"a concurrency limit must be >= 1 or None, got {n}")
+    return asyncio.Semaphore(n)
