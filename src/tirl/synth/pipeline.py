@@ -1,0 +1,196 @@
+"""Run the synthesis stages over a dataset, resumably.
+
+Each stage appends one JSON line per item to `OUT/stages/NN_<stage>.jsonl` as soon as the item
+is done: `{"id", "kept", "reason", "notes", "item"}`. A stage's input is the kept items of the
+stage before (the `read` stage turns the input file into items). On restart every stage skips
+the ids already in its file, so nothing is processed twice and nothing is lost; the teacher's
+answers are in the request cache (`OUT/cache/`) before their line is written, so an item cut
+off between the two is finished from the cache, without a new request. A torn last line (a
+crash mid-write) is ignored and that item redone.
+
+When an item fails with an exception (a teacher that keeps refusing, the request budget), the
+stage lets the items already in flight finish and be recorded, then re-raises: the run stops,
+and `--resume` continues it. `OUT/trajectories.jsonl` (SFT-ready, see `tirl.synth.formats`) and
+the report are rewritten from the stage files at the end of every run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from tirl.config import ConfigError, dump_yaml
+from tirl.synth.config import STAGE_NAMES, SynthConfig
+from tirl.synth.formats import sft_record
+from tirl.synth.records import Item, Rejected, read_records
+from tirl.synth.stages import STAGES, Context, Outcome, keep, reject
+
+StageFn = Callable[[Item, Context], Awaitable[Outcome]]
+
+
+class StageLog:
+    """The append-only outcome file of one stage."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows: dict[str, dict] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # torn by a crash: the item is redone
+                self.rows.setdefault(row["id"], row)  # first wins: a line is never counted twice
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __contains__(self, item_id: str) -> bool:
+        return item_id in self.rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def append(self, item_id: str, outcome: Outcome) -> None:
+        row = {
+            "id": item_id,
+            "kept": outcome.item is not None,
+            "reason": outcome.reason,
+            "notes": outcome.notes,
+            "item": outcome.item.to_dict() if outcome.item is not None else None,
+        }
+        self.rows[item_id] = row
+        with self.path.open("a") as f:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    def kept(self, order: dict[str, int]) -> list[Item]:
+        """Kept items, in input order (not completion order): reruns give the same files."""
+        rows = [r for r in self.rows.values() if r["kept"]]
+        rows.sort(key=lambda r: order.get(r["id"], len(order)))
+        return [Item.from_dict(r["item"]) for r in rows]
+
+
+def stage_path(out: Path, i: int, name: str) -> Path:
+    """Numbered by the stage's place in the full chain, so turning a stage off between runs
+    never makes another stage read the wrong file."""
+    return out / "stages" / f"{i:02d}_{name}.jsonl"
+
+
+async def run_stage(
+    name: str, fn: StageFn, items: Iterable[Item], ctx: Context, log: StageLog, concurrency: int
+) -> None:
+    todo = [it for it in items if it.id not in log]
+    if not todo:
+        return
+    gate = asyncio.Semaphore(concurrency)
+    bar = tqdm(total=len(todo), desc=f"synth: {name}", unit="item", leave=False)
+
+    async def one(item: Item) -> None:
+        async with gate:
+            outcome = await fn(item, ctx)
+        log.append(item.id, outcome)
+        bar.update()
+
+    try:
+        results = await asyncio.gather(*(one(it) for it in todo), return_exceptions=True)
+    finally:
+        bar.close()
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        raise errors[0]
+
+
+def _read_stage(input_path: str, cfg: SynthConfig, log: StageLog) -> dict[str, int]:
+    """Record every input record in the read log; returns the input order of all ids."""
+    order: dict[str, int] = {}
+    for i, rec in enumerate(read_records(input_path, cfg.input)):
+        order[rec.id] = i
+        if rec.id not in log:
+            log.append(rec.id, reject(rec.reason) if isinstance(rec, Rejected) else keep(rec))
+    return order
+
+
+def contamination_index(cfg: SynthConfig):
+    from tirl.eval.benchmarks import load_benchmark
+    from tirl.synth.filters import ContaminationIndex
+
+    problems = []
+    for name in cfg.decontam.benchmarks:
+        try:
+            problems += [it.problem for it in load_benchmark(name, cfg.decontam.benchmark_dir)]
+        except (ValueError, ImportError) as e:
+            raise ConfigError(f"decontam.benchmarks: {name}: {e}") from None
+    return ContaminationIndex(problems, cfg.decontam.n)
+
+
+def check_out_dir(out: Path, resume: bool) -> None:
+    started = (out / "stages").is_dir() and any((out / "stages").iterdir())
+    if started and not resume:
+        raise ConfigError(f"{out} already holds a synth run: pass --resume, or another --out")
+
+
+async def _run(cfg: SynthConfig, input_path: str, out: Path, max_requests: int | None) -> None:
+    from tirl.sandbox import Sandbox, SandboxLimits
+    from tirl.synth.client import ChatClient
+
+    ctx = Context(cfg)
+    if cfg.stages.decontaminate:
+        ctx.index = contamination_index(cfg)
+    if cfg.stages.codeify or cfg.stages.self_correct:
+        ctx.teacher = ChatClient(cfg.teacher, out / "cache" / "teacher.jsonl", max_requests)
+    if cfg.stages.feedback_alignment:
+        ctx.judge = ChatClient(cfg.judge_endpoint, out / "cache" / "judge.jsonl", max_requests)
+    read_log = StageLog(stage_path(out, 0, "read"))
+    order = _read_stage(input_path, cfg, read_log)
+    items = read_log.kept(order)
+    sandbox = None
+    if cfg.stages.execute:
+        limits = SandboxLimits(timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
+        sandbox = Sandbox(limits, preload=tuple(cfg.sandbox.preload))
+        ctx.sandbox = sandbox
+    try:
+        for name in cfg.enabled():
+            log = StageLog(stage_path(out, STAGE_NAMES.index(name) + 1, name))
+            await run_stage(name, STAGES[name], items, ctx, log, cfg.concurrency)
+            items = log.kept(order)
+    finally:
+        for client in (ctx.teacher, ctx.judge):
+            if client is not None:
+                await client.aclose()
+        if sandbox is not None:
+            await sandbox.close()
+
+
+def write_trajectories(out: Path, cfg: SynthConfig) -> int:
+    """Rewrite OUT/trajectories.jsonl from the last stage's kept items."""
+    read = stage_path(out, 0, "read")
+    order = {item_id: i for i, item_id in enumerate(StageLog(read).rows)}
+    names = cfg.enabled()
+    last = stage_path(out, STAGE_NAMES.index(names[-1]) + 1, names[-1]) if names else read
+    items = StageLog(last).kept(order) if last.exists() else []
+    with (out / "trajectories.jsonl").open("w") as f:
+        for item in items:
+            f.write(json.dumps(sft_record(item, cfg.output_format), ensure_ascii=False) + "\n")
+    return len(items)
+
+
+def run_pipeline(
+    cfg: SynthConfig,
+    input_path: str,
+    out: str | Path,
+    resume: bool = False,
+    max_requests: int | None = None,
+) -> Path:
+    """Run (or resume) every enabled stage; returns the output folder. See the module doc."""
+    out = Path(out)
+    check_out_dir(out, resume)
+    out.mkdir(parents=True, exist_ok=True)
+    dump_yaml(cfg, out / "config.yaml")
+    asyncio.run(_run(cfg, input_path, out, max_requests))
+    write_trajectories(out, cfg)
+    from tirl.synth.report import write_report
+
+    write_report(out)
+    return out

@@ -1,0 +1,159 @@
+"""Teacher-free trajectories from RACES composites: each step's mapper, run in the sandbox.
+
+For a searched composite pi_t = (x_0; e_1..e_t; y_1..y_t) (`tirl.envs.search`) the task is its
+SEQUENTIAL problem (`tirl.envs.operators.sequential`), and the solution is written, not asked
+for: the first block binds x_0 (as a Python literal), and step i is a code block holding the
+source of e_i's mapper (`Environment.code`, renamed `step_i`), applied to y_{i-1} and printed.
+Every block runs in one stateful sandbox session; the shown output is the real one. The final
+text is the `<answer>` block, scored with the task's own verifier.
+
+A composite is skipped, with a counted reason, when its input has no Python literal form, a
+mapper's source cannot be read, a block fails in the sandbox, a printed value differs from the
+mapper's value in-process (a mapper that is not self-contained), or the answer does not score 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import itertools
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from tirl.envs.core import Registry, Trajectory
+from tirl.envs.operators import Task, score, sequential
+from tirl.synth.formats import model_text, render_parts, sft_record
+from tirl.synth.records import Item, Step
+from tirl.synth.stages import Outcome, execute_steps, keep, reject
+
+PRELUDE = "import datetime\nfrom fractions import Fraction\n"
+_LITERAL_NAMES = {"Fraction": Fraction, "datetime": datetime, "frozenset": frozenset, "set": set}
+
+
+def literal(text: str) -> Any:
+    """A printed value read back with only the names the prelude defines (no builtins)."""
+    return eval(text, {"__builtins__": {}, **_LITERAL_NAMES})  # noqa: S307 - our own repr
+
+
+def _round_trips(value: Any) -> bool:
+    try:
+        return literal(repr(value)) == value
+    except Exception:
+        return False
+
+
+def step_code(source: str, i: int) -> str:
+    """The mapper source (a function `f`) as step i, applied to the previous value."""
+    head, _, body = source.partition("\n")
+    head = head.replace("def f(", f"def step_{i}(", 1)
+    return f"{head}\n{body.rstrip()}\n\ny{i} = step_{i}(y{i - 1})\nprint(repr(y{i}))"
+
+
+def solution_steps(traj: Trajectory, task: Task) -> list[Step] | str:
+    """The solution's steps, or the reason this composite cannot be rendered."""
+    if not _round_trips(traj.x0):
+        return "input has no Python literal form"
+    steps = [Step("text", "I bind the input to a variable, then apply each step in code.")]
+    steps.append(Step("code", f"{PRELUDE}y0 = {traj.x0!r}\nprint(repr(y0))"))
+    for i, env in enumerate(traj.envs, 1):
+        try:
+            source = env.code
+        except (OSError, TypeError, StopIteration):
+            return "mapper source unavailable"
+        steps.append(Step("text", f"Step {i}: {env.instruction}"))
+        steps.append(Step("code", step_code(source, i)))
+    steps.append(
+        Step("text", "Every step ran; the results, in the requested form:\n" + task.answer)
+    )
+    return steps
+
+
+def composite_id(traj: Trajectory) -> str:
+    return hashlib.sha256(repr((traj.names(), repr(traj.x0))).encode()).hexdigest()[:16]
+
+
+async def synthesize(
+    traj: Trajectory, registry: Registry, sandbox, protocol: str
+) -> tuple[str, Outcome]:
+    task = sequential(traj)
+    item_id = composite_id(traj)
+    steps = solution_steps(traj, task)
+    if isinstance(steps, str):
+        return item_id, reject(steps)
+    if await execute_steps(sandbox, steps, 5.0, 2000) is not None:
+        return item_id, reject("code failed in the sandbox")
+    codes = [s for s in steps if s.kind == "code"]
+    for step, expected in zip(codes, (traj.x0, *traj.ys)):
+        try:
+            same = literal(step.real) == expected
+        except Exception:
+            same = False
+        if not same:
+            return item_id, reject("sandbox value differs from the mapper's")
+        step.output = step.real
+    item = Item(
+        item_id, task.prompt, task.answer, steps=steps, source="races:" + " -> ".join(traj.names())
+    )
+    reward = score(task, model_text(render_parts(item.problem, steps, protocol)), registry)
+    if reward.value != 1.0:
+        return item_id, reject("answer does not score 1")
+    return item_id, keep(item)
+
+
+def races_trajectories(
+    registry: Registry, n: int, seed: int, min_size: int, max_size: int, level: int, split: str
+):
+    from tirl.envs.search import SearchConfig, search
+
+    config = SearchConfig(min_size=min_size, max_size=max_size, level=level)
+    return list(itertools.islice(search(registry, seed, config, split), n))
+
+
+def run_races(
+    out: str | Path,
+    n: int = 100,
+    seed: int = 0,
+    sizes: tuple[int, int] = (2, 4),
+    level: int = 1,
+    split: str = "train",
+    protocol: str = "agentmath_tags",
+    preload: tuple[str, ...] = ("math", "fractions"),
+) -> Path:
+    """Write OUT/trajectories.jsonl and the report for n searched composites (resumable: ids
+    already in OUT/stages/01_races.jsonl are skipped)."""
+    import tirl.envs.library  # noqa: F401  (registers the library)
+    from tirl.envs.core import REGISTRY
+    from tirl.sandbox import Sandbox, SandboxLimits
+    from tirl.synth.pipeline import StageLog, stage_path
+    from tirl.synth.report import write_report
+
+    out = Path(out)
+    log = StageLog(stage_path(out, 1, "races"))
+    trajs = races_trajectories(REGISTRY, n, seed, sizes[0], sizes[1], level, split)
+
+    async def main() -> None:
+        gate = asyncio.Semaphore(8)
+        async with Sandbox(SandboxLimits(timeout_s=5), preload=preload) as sandbox:
+            bar = tqdm(total=len(trajs), desc="synth: races", unit="composite", leave=False)
+
+            async def one(traj: Trajectory) -> None:
+                if composite_id(traj) not in log:
+                    async with gate:
+                        item_id, outcome = await synthesize(traj, REGISTRY, sandbox, protocol)
+                    log.append(item_id, outcome)
+                bar.update()
+
+            await asyncio.gather(*(one(t) for t in trajs))
+            bar.close()
+
+    asyncio.run(main())
+    with (out / "trajectories.jsonl").open("w") as f:
+        for item in log.kept({composite_id(t): i for i, t in enumerate(trajs)}):
+            f.write(json.dumps(sft_record(item, protocol), ensure_ascii=False) + "\n")
+    write_report(out, f"tirl synth races: {out}")
+    return out

@@ -1,0 +1,82 @@
+"""`tirl synth run` against `tirl serve` with a tiny untrained model (CPU, loopback only).
+
+`tirl serve` offers only /v1/completions, so the client's fallback from chat is exercised; the
+model writes garbage, so nearly everything is rejected at the format stage. What must hold:
+per stage, in = kept + rejected; tokens come from the server's `usage`; a resumed run sends no
+request (the server's request counter does not move).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from tirl.config import load_config
+from tirl.models.tiny import save_policy
+from tirl.synth.config import SynthConfig
+from tirl.synth.pipeline import run_pipeline
+from tirl.synth.report import stage_stats, usage_stats
+
+
+@pytest.fixture()
+def served_tiny_model(tiny_model, tokenizer, tmp_path):
+    save_policy(tiny_model, tokenizer, tmp_path / "model")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tirl.cli", "serve", str(tmp_path / "model"), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        pytest.fail(f"tirl serve did not start: {line}{proc.stderr.read()}")
+    yield line.strip().rsplit(" ", 1)[1]
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _served_requests(url: str) -> int:
+    with urllib.request.urlopen(f"{url}/health") as r:
+        return json.load(r)["requests"]
+
+
+def test_pipeline_against_tirl_serve_counts_every_rejection(served_tiny_model, tmp_path):
+    url = served_tiny_model
+    data = tmp_path / "in.jsonl"
+    rows = [
+        {"id": i, "problem": f"What is {i} + {i}?", "solution": f"{2 * i}", "answer": 2 * i}
+        for i in range(4)
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = load_config(
+        SynthConfig,
+        None,
+        [
+            f"teacher.url={url}",
+            "teacher.max_tokens=12",
+            "teacher.temperature=1.0",
+            "stages.decontaminate=false",
+            "sandbox.preload=[math]",
+            "concurrency=2",
+        ],
+    )
+    out = run_pipeline(cfg, str(data), tmp_path / "run")
+    stats = stage_stats(out)
+    assert [s["stage"] for s in stats][:3] == ["read", "codeify", "format"]
+    for s in stats:
+        assert s["in"] == s["out"] + s["rejected"], s
+    assert stats[1]["in"] == 4 and stats[-1]["out"] == len(
+        (out / "trajectories.jsonl").read_text().splitlines()
+    )
+    (teacher,) = [u for u in usage_stats(out, {}) if u["role"] == "teacher"]
+    # The tiny model's 256 positions are fewer than the prompt's, so it may write nothing:
+    # the point is that usage came back from the server and was counted.
+    assert teacher["requests"] == 4 and teacher["prompt_tokens"] > 4 * 100
+    sent = _served_requests(url)
+    run_pipeline(cfg, str(data), out, resume=True)
+    assert _served_requests(url) == sent  # everything came from the cache
