@@ -86,13 +86,13 @@ def test_one_rl_step_updates_the_policy_and_reports(env, tokenizer, tiny_model):
             trainer = RLTrainer(
                 tiny_model,
                 Rollout(engine, tokenizer, sandbox),
-                env.stream("train"),
+                lambda i: env.item("train", i),
                 cfg,
                 pad_id=tokenizer.pad_token_id,
                 use_tools=True,
                 variant="code",
             )
-            metrics = await trainer.step(0)
+            metrics = await trainer.step()
             engine.close()
             return metrics
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tirl.config import ConfigError, dump_yaml, load_config, to_dict
 from tirl.envs.cli import add_envs_parser
+from tirl.synth.cli import add_synth_parser
 
 DEFAULT_CONFIG = "quickstart.yaml"
 
@@ -30,9 +31,19 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     from tirl.quickstart import run_quickstart
 
     cfg = _load_run_config(args.config, args.overrides)
-    run_dir, results = run_quickstart(cfg)
+    run_dir, results = run_quickstart(cfg, resume=args.resume)
     print(f"\nrun folder: {run_dir}\nreport:     {run_dir / 'report.html'}  (and report.md)")
     print(f"wall time:  {results['wall_s']:.0f} s")
+    return 0
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    from tirl.train.ablate import parse_variants, run_ablation
+
+    cfg = _load_run_config(args.config, args.overrides)
+    variants = parse_variants(args.preset, args.variant or [])
+    out = run_ablation(cfg, variants, args.seeds, Path(args.out))
+    print(f"\nablation folder: {out}\ntable: {out / 'ablation.md'}  curves: {out / 'report.html'}")
     return 0
 
 
@@ -290,17 +301,45 @@ def build_parser() -> argparse.ArgumentParser:
             "overrides", nargs="*", help="dotted overrides, e.g. rl.lr=1e-4 task.digits=4"
         )
 
+    def add_resume_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--resume",
+            action="store_true",
+            help="continue the run in out_dir/name: finished phases are loaded, RL continues"
+            " from its last checkpoint (rl.checkpoint_every), nothing is logged twice",
+        )
+
     p = sub.add_parser(
         "quickstart",
         help="SFT -> RL -> eval of a tiny code-integrated model and a text-only baseline, with a report",
         description="Run the whole loop on CPU: demonstrations, SFT, RL with the interpreter, evaluation, report.",
     )
     add_config_args(p)
+    add_resume_arg(p)
     p.set_defaults(func=cmd_quickstart)
 
     p = sub.add_parser("train", help="the same pipeline as quickstart, from your own config")
     add_config_args(p)
+    add_resume_arg(p)
     p.set_defaults(func=cmd_quickstart)
+
+    p = sub.add_parser(
+        "ablate",
+        help="RL under several switch combinations from one SFT model, same seeds, one report",
+        description="Fine-tune once per seed, then run RL for every variant (a list of config"
+        " overrides) and compare them on the held-out split. Presets: cir (each of CIR's six"
+        " strategies removed in turn), agentmath, advantages.",
+    )
+    add_config_args(p)
+    p.add_argument("--preset", help="cir, agentmath or advantages")
+    p.add_argument(
+        "--variant",
+        action="append",
+        help="NAME:key=value[,key=value...] (repeatable), added to the preset's variants",
+    )
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default: 0)")
+    p.add_argument("--out", default="runs/ablate", help="output folder (default runs/ablate)")
+    p.set_defaults(func=cmd_ablate)
 
     p = sub.add_parser(
         "eval", help="evaluate a saved model (folder or hub name) on the held-out split"
@@ -403,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_view, config=None, overrides=[])
 
     add_envs_parser(sub)
+    add_synth_parser(sub)
     return parser
 
 

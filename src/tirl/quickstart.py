@@ -16,7 +16,9 @@ Run folder:
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
+import os
 import random
 import shutil
 import time
@@ -28,16 +30,18 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from tirl.backends.hf import HFEngine
-from tirl.config import dump_yaml, to_dict
+from tirl.config import ConfigError, dump_yaml, load_config, to_dict
 from tirl.envs.arithmetic import ArithmeticEnv, Task
 from tirl.eval.evaluate import evaluate
 from tirl.eval.report import format_summary_table, summary_rows, write_report
 from tirl.models.tiny import TinyModelSpec, build_model, load_policy, save_policy, train_tokenizer
+from tirl.protocol import get_protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
 from tirl.synth import arithmetic as demos_lib
 from tirl.train.config import RunConfig
+from tirl.train.distributed import DistContext, broadcast_weights, init_from_env, shard_model
 from tirl.train.metrics import MetricsLogger
 from tirl.train.rl import RLTrainer
 from tirl.train.sft import train_sft
@@ -58,13 +62,43 @@ def make_tokenizer(cfg: RunConfig, env: ArithmeticEnv):
     return train_tokenizer(texts, vocab_size=cfg.model.vocab_size)
 
 
+def drop_records(path: Path, variant: str, phase: str, from_step: int = 0) -> None:
+    """Remove `metrics.jsonl` records of a phase that is about to be run again from
+    `from_step`, so a resumed run logs every step exactly once."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the half-written last line of a killed run
+        if not (r.get("variant") == variant and r.get("phase") == phase and r["step"] >= from_step):
+            kept.append(line + "\n")
+    path.write_text("".join(kept))
+
+
 class Quickstart:
-    def __init__(self, cfg: RunConfig, run_dir: Path) -> None:
+    """The pipeline, phase by phase. With `resume`, finished phases are loaded from the run
+    folder instead of being run again (a finished SFT or RL checkpoint, a finished
+    evaluation), and an interrupted RL phase continues from its last checkpoint
+    (`<variant>/rl_state`, every `rl.checkpoint_every` steps). An interrupted SFT starts over.
+    """
+
+    def __init__(
+        self, cfg: RunConfig, run_dir: Path, resume: bool = False, dist: DistContext | None = None
+    ) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
+        self.resume = resume
+        self.dist = dist
+        self.is_main = dist is None or dist.is_main  # the one process that writes files
         self.env = ArithmeticEnv(tuple(cfg.task.kinds), cfg.task.digits, cfg.seed)
         self.logger = MetricsLogger(
-            run_dir / "metrics.jsonl", cfg.log_tensorboard, cfg.log_wandb, run_name=cfg.name
+            run_dir / "metrics.jsonl" if self.is_main else Path(os.devnull),
+            cfg.log_tensorboard and self.is_main,
+            cfg.log_wandb and self.is_main,
+            run_name=cfg.name,
         )
         self.results: dict[str, dict] = {}
         self.samples: list[Trajectory] = []
@@ -73,8 +107,12 @@ class Quickstart:
     async def run(self) -> dict:
         cfg = self.cfg
         limits = SandboxLimits(timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
+        saved = [self.run_dir / v / "sft" for v in cfg.variants]
+        saved = [path for path in saved if (path / "config.json").exists()]
         if cfg.model.name_or_path:
             _, tokenizer = load_policy(cfg.model.name_or_path)
+        elif self.resume and saved:
+            _, tokenizer = load_policy(saved[0])  # the ids of the saved models
         else:
             tokenizer = make_tokenizer(cfg, self.env)
         self.tokenizer = tokenizer  # the report shows token boundaries with it
@@ -85,9 +123,16 @@ class Quickstart:
         return self.results
 
     async def run_variant(self, variant: str, tokenizer, sandbox: Sandbox) -> None:
-        cfg = self.cfg
         use_tools = variant == "code"
-        _seed_everything(cfg.seed)
+        _seed_everything(self.cfg.seed)
+        model = self.make_model(tokenizer)
+        self.results[variant] = {}
+        await self.sft(variant, model, tokenizer, sandbox, use_tools)
+        if self.cfg.rl.steps > 0:
+            await self.rl(variant, model, tokenizer, sandbox, use_tools, self.cfg)
+
+    def make_model(self, tokenizer):
+        cfg = self.cfg
         if cfg.model.name_or_path:
             model, _ = load_policy(cfg.model.name_or_path)
         else:
@@ -99,11 +144,35 @@ class Quickstart:
                 cfg.model.max_positions,
             )
             model = build_model(tokenizer, spec, cfg.seed)
-        model.to(cfg.device).eval()
-        engine = HFEngine(model, tokenizer.eos_token_id, max_batch=cfg.rollout_batch, seed=cfg.seed)
-        rollout = Rollout(engine, tokenizer, sandbox if use_tools else None)
-        self.results[variant] = {}
+        return model.to(cfg.device).eval()
 
+    def rollout_for(self, model, tokenizer, sandbox: Sandbox, use_tools: bool) -> Rollout:
+        engine = HFEngine(
+            model, tokenizer.eos_token_id, max_batch=self.cfg.rollout_batch, seed=self.cfg.seed
+        )
+        return Rollout(engine, tokenizer, sandbox if use_tools else None)
+
+    async def sft(self, variant: str, model, tokenizer, sandbox: Sandbox, use_tools: bool) -> None:
+        """Demonstrations, SFT, checkpoint `<variant>/sft`, evaluation."""
+        cfg = self.cfg
+        if not self.load_finished(model, self.run_dir / variant / "sft"):
+            await self.train_sft(variant, model, tokenizer, sandbox, use_tools)
+        if self.is_main:
+            rollout = self.rollout_for(model, tokenizer, sandbox, use_tools)
+            await self.evaluate(variant, "sft", rollout, use_tools, cfg)
+            rollout.engine.close()
+
+    def load_finished(self, model, folder: Path) -> bool:
+        """On resume, load the weights of a finished phase; False if it must run."""
+        if not (self.resume and (folder / "config.json").exists()):
+            return False
+        model.load_state_dict(load_policy(folder)[0].state_dict())
+        return True
+
+    async def train_sft(self, variant, model, tokenizer, sandbox, use_tools) -> None:
+        cfg = self.cfg
+        if self.is_main:
+            drop_records(self.logger.path, variant, "sft")
         demos = await self.demonstrations(use_tools, tokenizer, sandbox)
         train_sft(
             model,
@@ -114,26 +183,51 @@ class Quickstart:
             logger=self.logger,
             variant=variant,
         )
-        save_policy(model, tokenizer, self.run_dir / variant / "sft")
-        await self.evaluate(variant, "sft", rollout, use_tools)
+        if self.is_main:
+            save_policy(model, tokenizer, self.run_dir / variant / "sft")
 
-        if cfg.rl.steps > 0:
-            rl_tasks = self.env.stream("train", start=cfg.sft.examples)  # prompts SFT never saw
-            trainer = RLTrainer(
-                model,
-                rollout,
-                rl_tasks,
-                cfg.rl,
-                pad_id=tokenizer.pad_token_id,
-                use_tools=use_tools,
-                max_output_chars=cfg.sandbox.max_output_chars,
-                logger=self.logger,
-                variant=variant,
-            )
-            await trainer.train()
-            save_policy(model, tokenizer, self.run_dir / variant / "rl")
-            await self.evaluate(variant, "rl", rollout, use_tools)
-        engine.close()
+    async def rl(
+        self, variant: str, model, tokenizer, sandbox: Sandbox, use_tools: bool, cfg: RunConfig
+    ) -> None:
+        """RL with `cfg` (the run's, or an ablation's), checkpoint `<variant>/rl`, evaluation.
+
+        Under torchrun, `model` stays a full copy that samples (the weight sync refreshes it)
+        and a copy sharded with FSDP is trained, on every rank from rank 0's weights.
+        """
+        trained = model
+        if self.dist is not None:
+            broadcast_weights(model)
+            trained = shard_model(copy.deepcopy(model))
+        rollout = self.rollout_for(model, tokenizer, sandbox, use_tools)
+
+        def rl_task(i: int) -> Task:  # prompts SFT never saw
+            return self.env.item("train", cfg.sft.examples + i)
+
+        trainer = RLTrainer(
+            trained,
+            rollout,
+            rl_task,
+            cfg.rl,
+            pad_id=tokenizer.pad_token_id,
+            use_tools=use_tools,
+            max_output_chars=cfg.sandbox.max_output_chars,
+            logger=self.logger,
+            variant=variant,
+            seed=cfg.seed,
+            dist=self.dist,
+        )
+        state_dir = self.run_dir / variant / "rl_state"
+        if not self.load_finished(model, self.run_dir / variant / "rl"):
+            if self.resume and (state_dir / "trainer.pt").exists():
+                trainer.load_checkpoint(state_dir)
+            if self.is_main:
+                drop_records(self.logger.path, variant, "rl", trainer.state.step)
+            await trainer.train(checkpoint_dir=state_dir)
+            if self.is_main:
+                save_policy(model, tokenizer, self.run_dir / variant / "rl")
+        if self.is_main:
+            await self.evaluate(variant, "rl", rollout, use_tools, cfg)
+        rollout.engine.close()
 
     async def demonstrations(
         self, use_tools: bool, tokenizer, sandbox: Sandbox
@@ -154,18 +248,29 @@ class Quickstart:
         )
         return [next(code_demos) if c else next(text_demos) for c in with_code]
 
-    async def evaluate(self, variant: str, phase: str, rollout: Rollout, use_tools: bool) -> None:
-        tasks = self.env.items("test", self.cfg.task.test_items)
-        metrics, trajs = await evaluate_policy(
-            rollout, tasks, self.cfg, use_tools, f"{variant} eval ({phase})"
-        )
-        self.results[variant][phase] = metrics
-        samples_dir = self.run_dir / "samples"
-        samples_dir.mkdir(exist_ok=True)
-        with (samples_dir / f"{variant}_{phase}.jsonl").open("w") as f:
-            for traj in trajs:
-                traj.meta.update(variant=variant, phase=phase)
-                f.write(json.dumps(traj.to_dict()) + "\n")
+    async def evaluate(
+        self, variant: str, phase: str, rollout: Rollout, use_tools: bool, cfg: RunConfig
+    ) -> None:
+        progress = self.run_dir / "eval_progress.json"
+        done = json.loads(progress.read_text()) if progress.exists() else {}
+        samples_path = self.run_dir / "samples" / f"{variant}_{phase}.jsonl"
+        if self.resume and phase in done.get(variant, {}) and samples_path.exists():
+            metrics = done[variant][phase]
+            with samples_path.open() as f:
+                trajs = [Trajectory.from_dict(json.loads(line)) for line in f]
+        else:
+            tasks = self.env.items("test", cfg.task.test_items)
+            metrics, trajs = await evaluate_policy(
+                rollout, tasks, cfg, use_tools, f"{variant} eval ({phase})"
+            )
+            samples_path.parent.mkdir(exist_ok=True)
+            with samples_path.open("w") as f:
+                for traj in trajs:
+                    traj.meta.update(variant=variant, phase=phase)
+                    f.write(json.dumps(traj.to_dict()) + "\n")
+            done.setdefault(variant, {})[phase] = metrics
+            progress.write_text(json.dumps(done, indent=2))
+        self.results.setdefault(variant, {})[phase] = metrics
         self.samples.extend(trajs[: self.cfg.eval.saved_samples])
 
 
@@ -180,6 +285,7 @@ async def evaluate_policy(
         temperature=0.0,
         use_tools=use_tools,
         max_output_chars=cfg.sandbox.max_output_chars,
+        protocol=get_protocol("cir_fences", cfg.rl.boundary),  # as the policy was trained
     )
     metrics, trajs = await evaluate(rollout, tasks, greedy, progress=f"{label}, greedy")
     k = cfg.eval.samples_per_item
@@ -203,21 +309,58 @@ async def evaluate_policy(
     return metrics, trajs
 
 
-def run_quickstart(cfg: RunConfig, overwrite: bool = True) -> tuple[Path, dict]:
-    """Run everything and write the report; returns the run folder and the eval results."""
+def check_same_config(cfg: RunConfig, run_dir: Path) -> None:
+    """A run folder is resumed only with the config that made it."""
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.exists():
+        raise ConfigError(f"cannot resume {run_dir}: it has no config.yaml (no run started there)")
+    saved = load_config(RunConfig, saved_path)
+    diffs = [
+        key for key, value in _flat(to_dict(cfg)).items() if _flat(to_dict(saved)).get(key) != value
+    ]
+    if diffs:
+        raise ConfigError(
+            f"cannot resume {run_dir}: its config.yaml differs in {', '.join(diffs)}; resume with"
+            f" the same config (or start a new run under another name)"
+        )
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def run_quickstart(
+    cfg: RunConfig, overwrite: bool = True, resume: bool = False
+) -> tuple[Path, dict]:
+    """Run everything and write the report; returns the run folder and the eval results.
+    With `resume`, continue the run in the run folder (see `Quickstart`)."""
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     run_dir = Path(cfg.out_dir) / cfg.name
-    if run_dir.exists() and overwrite:
+    dist = init_from_env(cfg.device)  # under torchrun: RL is sharded, rank 0 writes files
+    if resume:
+        check_same_config(cfg, run_dir)
+    elif run_dir.exists() and overwrite and (dist is None or dist.is_main):
         shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    dump_yaml(cfg, run_dir / "config.yaml")
+    if dist is None or dist.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        dump_yaml(cfg, run_dir / "config.yaml")
     start = time.perf_counter()
-    quickstart = Quickstart(cfg, run_dir)
+    quickstart = Quickstart(cfg, run_dir, resume=resume, dist=dist)
     results = asyncio.run(quickstart.run())  # {variant: {phase: metrics}}
     wall_s = time.perf_counter() - start
+    if dist is not None:
+        torch.distributed.destroy_process_group()
+        if not dist.is_main:
+            return run_dir, {"wall_s": wall_s}
     (run_dir / "eval.json").write_text(json.dumps({**results, "wall_s": wall_s}, indent=2))
     write_report(
         run_dir,

@@ -60,7 +60,16 @@ _COLUMN_SPEC = {key: (header, fmt) for key, _, header, fmt in SUMMARY_COLUMNS}
 
 # Fixed colours so "code" is the same blue in every figure.
 _VARIANT_COLOURS = {"code": "#1f77b4", "text": "#ff7f0e"}
-_EXTRA_COLOURS = ("#2ca02c", "#d62728", "#9467bd", "#8c564b")
+_EXTRA_COLOURS = (
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 
 
 # ---------------------------------------------------------------------------- reading inputs
@@ -359,6 +368,13 @@ _FIGURES = (
             ("actor/grad_norm", "grad norm"),
             ("train/truncation_rate", "truncation rate"),
         ],
+        False,
+    ),
+    (
+        "rl_entropy_kl",
+        "RL: policy entropy and KL (CIR turns the entropy bonus and the KL term off)",
+        "rl",
+        [("actor/entropy", "entropy (model tokens)"), ("actor/approx_kl", "KL to old policy")],
         False,
     ),
 )

@@ -84,12 +84,33 @@ class SFTConfig:
 
 
 @dataclass
-class RLConfig:
-    """On-policy RL: GRPO advantages with a ±1 reward and the PPO clipped loss.
+class RLStage:
+    """One stage of AgentMath's multi-stage expansion (§3.3: context 48k -> 72k -> 96k, tool
+    calls 48 -> 72 -> 96): the model-token and tool-call limits while the stage lasts."""
 
-    CIR's stability switches are all here: `mask_tool_output` (mask interpreter tokens),
-    `entropy_coef` 0 (no entropy bonus), `kl_coef` 0 (no KL), `clip_low`/`clip_high`
-    0.2 / 0.28 (clip-higher, DAPO), and `budget_schedule` (interaction budget 2 -> 3 -> 4).
+    max_model_tokens: int
+    tool_budget: int
+
+    def validate(self) -> None:
+        if self.max_model_tokens < 1 or self.tool_budget < 0:
+            raise ConfigError(
+                f"rl.stages entries need max_model_tokens >= 1 and tool_budget >= 0, got {self}"
+            )
+
+
+@dataclass
+class RLConfig:
+    """On-policy RL with every CIR and AgentMath strategy as a switch.
+
+    CIR's six strategies (§2.3.2): `boundary` "exact_match" (code runs the moment its block
+    closes), `mask_tool_output` (interpreter tokens out of the loss), `entropy_coef` 0 (no
+    entropy bonus), `kl_coef` 0 (no KL), `clip_low`/`clip_high` 0.2 / 0.28 (clip-higher,
+    DAPO), and `budget_schedule` (interaction budget 2 -> 3 -> 4). CIR trains REINFORCE++
+    with a +1 / -1 reward: `advantage: reinforce++`, `reward: binary`.
+
+    AgentMath's (§3.2-3.3): `adaptive_batch` (drop groups whose rewards are all equal and
+    refill from fresh prompts), `reward: composite`, and `stages` with `expansion_threshold`
+    (move to the next stage whenever the truncation rate exceeds 10%).
     """
 
     steps: int = 45
@@ -101,33 +122,59 @@ class RLConfig:
     warmup_steps: int = 5
     temperature: float = 1.0
     max_model_tokens: int = 64  # model tokens per trajectory (tool tokens not counted)
-    advantage: Literal["grpo", "drgrpo"] = "grpo"
+    boundary: Literal["exact_match", "stop_token"] = "exact_match"  # CIR Figure 1
+    advantage: Literal["grpo", "drgrpo", "reinforce++", "reinforce++-baseline", "rloo"] = "grpo"
+    gamma: float = 1.0  # discount of the REINFORCE++ return, over model tokens only
     reward: Literal["binary", "zero_one", "composite"] = "binary"  # binary = CIR's +1 / -1
     # AgentMath's composite reward (tirl.rewards.reward.CompositeReward), used when
     # reward is "composite": R = R_acc + 1[R_acc = 1] * min(max, alpha + beta * N_code).
     composite_alpha: float = 0.0
     composite_beta: float = 0.05
     composite_max: float = 0.2
+    # DAPO's soft overlong penalty, counted in model tokens; 0 turns it off.
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
     clip_low: float = 0.2
     clip_high: float = 0.28
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    clip_ratio_c: float | None = None  # dual clip for negative advantages (> 1); None = off
+    loss_agg: Literal[
+        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+    ] = "token-mean"
     kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     entropy_coef: float = 0.0
     mask_tool_output: bool = True
     updates_per_step: int = 2  # optimizer steps per rollout batch (minibatches)
+    micro_batch_size: int = 0  # sequences per forward pass (gradient accumulation); 0 = all
     max_grad_norm: float = 1.0
+    bf16: bool = False  # autocast the update to bfloat16 (GPU only)
     # [fraction of training done, budget] pairs: the budget of the last pair reached applies.
     budget_schedule: list[list[float]] = field(
         default_factory=lambda: [[0.0, 2], [0.34, 3], [0.67, 4]]
     )
+    adaptive_batch: bool = False
+    max_refill_rounds: int = 3  # extra sampling rounds to refill dropped groups, per step
+    # AgentMath's expansion; when set, the stages' limits replace max_model_tokens and
+    # budget_schedule.
+    stages: list[RLStage] = field(default_factory=list)
+    expansion_threshold: float = 0.1
+    checkpoint_every: int = 0  # steps between resumable checkpoints; 0 = only at the end
 
     def validate(self) -> None:
+        if self.steps < 0 or self.prompts_per_step < 1 or self.updates_per_step < 1:
+            raise ConfigError(
+                "rl.steps must be >= 0, rl.prompts_per_step and rl.updates_per_step >= 1"
+            )
         if self.composite_beta < 0:
             raise ConfigError(f"rl.composite_beta must be >= 0, got {self.composite_beta}")
         if not 0 <= self.clip_low < 1 or self.clip_high < 0:
             raise ConfigError(
                 f"rl.clip_low must be in [0, 1) and rl.clip_high >= 0, got {self.clip_low}, {self.clip_high}"
             )
+        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1:
+            raise ConfigError(f"rl.clip_ratio_c must be > 1 (or null), got {self.clip_ratio_c}")
+        if not 0 < self.gamma <= 1:
+            raise ConfigError(f"rl.gamma must be in (0, 1], got {self.gamma}")
         if self.group_size < 2:
             raise ConfigError(
                 f"rl.group_size must be >= 2 for group-relative advantages, got {self.group_size}"
@@ -135,6 +182,18 @@ class RLConfig:
         if self.temperature <= 0:
             raise ConfigError(
                 f"rl.temperature must be > 0 for on-policy sampling, got {self.temperature}"
+            )
+        if self.overlong_buffer < 0 or self.overlong_buffer >= self.max_model_tokens:
+            raise ConfigError(
+                f"rl.overlong_buffer must be in [0, rl.max_model_tokens), got {self.overlong_buffer}"
+            )
+        if self.micro_batch_size < 0 or self.max_refill_rounds < 0 or self.checkpoint_every < 0:
+            raise ConfigError(
+                "rl.micro_batch_size, rl.max_refill_rounds and rl.checkpoint_every must be >= 0"
+            )
+        if not 0 <= self.expansion_threshold <= 1:
+            raise ConfigError(
+                f"rl.expansion_threshold must be in [0, 1], got {self.expansion_threshold}"
             )
         if not self.budget_schedule:
             raise ConfigError("rl.budget_schedule needs at least one [fraction, budget] pair")
@@ -185,3 +244,5 @@ class RunConfig:
     def validate(self) -> None:
         if not self.variants:
             raise ConfigError("variants must name at least one of 'code', 'text'")
+        if self.rl.bf16 and not self.device.startswith("cuda"):
+            raise ConfigError(f"rl.bf16 needs a GPU (device: cuda), got device {self.device!r}")

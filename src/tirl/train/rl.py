@@ -1,43 +1,81 @@
-"""On-policy RL for code-integrated reasoning: rollouts with the interpreter, a verifiable
-reward, group-relative advantages and the clipped policy loss.
+"""On-policy RL for code-integrated reasoning, with every CIR and AgentMath strategy a switch.
 
-One step: draw `prompts_per_step` training tasks, sample `group_size` trajectories each (the
-tool budget taken from the schedule), score them (CIR: +1 correct, -1 otherwise), compute
-GRPO advantages within each group, recompute the behaviour policy's log-probabilities, then
-take `updates_per_step` optimizer steps over minibatches with the PPO clipped loss
-(clip-higher), aggregated over model tokens only. KL and entropy terms are off by default
-(CIR §2.3.2) and computed only when their coefficient is non-zero.
+One step:
+1. Sample `group_size` trajectories for each of `prompts_per_step` training tasks, with the
+   tool budget and model-token limit of the budget schedule (CIR §3.1, 2 -> 3 -> 4) or of the
+   current expansion stage (AgentMath §3.3). Each trajectory is seeded by its task index and
+   sample number, so what is sampled does not depend on scheduling or on the number of ranks.
+2. Score them (CIR: +1 / -1; AgentMath: composite), minus DAPO's overlong penalty if on.
+3. Adaptive batches (AgentMath §3.2): drop groups whose rewards are all equal (no group-
+   relative signal) and refill from fresh tasks, at most `max_refill_rounds` more rounds.
+4. Token advantages (`tirl.algos`: GRPO, Dr.GRPO, REINFORCE++ with the return carried
+   through tool tokens, REINFORCE++-baseline, RLOO), over model tokens only.
+5. `updates_per_step` optimizer steps over minibatches of the PPO clipped loss (clip-higher,
+   optional dual clip), KL and entropy terms only when their coefficients are non-zero
+   (CIR §2.3.2 turns both off); micro-batches and ranks as in `tirl.train.update`.
+6. Expansion: if the step's truncation rate exceeds `expansion_threshold`, move to the next
+   stage.
+
+The trainer's whole state (model, optimizer, learning-rate schedule, RNG, step, stage and
+the position in the task stream) goes into a checkpoint, and a resumed run continues exactly
+where the saved one would have.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from tirl.algos.advantages import broadcast_to_tokens, grpo
-from tirl.algos.losses import agg_loss, kl_penalty, ppo_clip_loss
+from tirl.algos.advantages import token_advantages
+from tirl.algos.overlong import overlong_penalty
 from tirl.envs.arithmetic import Task
 from tirl.eval.evaluate import score
+from tirl.protocol import get_protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rewards.reward import make_reward
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.synth.arithmetic import prompt_for
-from tirl.train.batch import collate, token_logprobs
+from tirl.train.batch import collate
 from tirl.train.config import RLConfig
 from tirl.train.curriculum import budget_at
+from tirl.train.distributed import DistContext, gather_in_order, grad_norm_value, sum_over_ranks
 from tirl.train.metrics import MetricsLogger
+from tirl.train.update import Shard, batch_logprobs, minibatch_loss_backward
+
+FAILED = ("error", "cancelled")  # finish reasons of trajectories left out of training
+TaskSource = Callable[[int], Task]  # the i-th training task; positions make runs resumable
 
 
-def group_advantages(
-    rewards: torch.Tensor, group_ids: torch.Tensor, estimator: str
-) -> torch.Tensor:
-    """Per-sequence advantages [B]: GRPO, or Dr.GRPO (mean-centred, no std division)."""
-    return grpo(rewards, group_ids, normalize_std=estimator == "grpo")
+@dataclasses.dataclass
+class TrainerState:
+    step: int = 0  # steps done
+    next_task: int = 0  # position in the task stream
+    stage: int = 0  # expansion stage (AgentMath), when `rl.stages` is set
+
+
+def trajectory_seed(seed: int, task_index: int, sample: int) -> int:
+    """The sampling seed of one trajectory: fixed by what it answers, not by when it runs."""
+    return (seed * 1_000_003 + task_index) * 1_009 + sample
+
+
+def is_truncated(traj: Trajectory) -> bool:
+    """Cut by the model-token limit or by the tool-call budget (AgentMath's truncation)."""
+    return traj.finish_reason == "length" or any(c.status == "skipped" for c in traj.tool_calls)
+
+
+def uniform_groups(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """[G] bool over `groups.unique()`: True where every reward of the group is equal."""
+    return torch.stack(
+        [(rewards[groups == g] == rewards[groups == g][0]).all() for g in groups.unique()]
+    )
 
 
 class RLTrainer:
@@ -45,7 +83,7 @@ class RLTrainer:
         self,
         model: torch.nn.Module,
         rollout: Rollout,
-        tasks: Iterator[Task],
+        task_at: TaskSource,
         cfg: RLConfig,
         *,
         pad_id: int,
@@ -53,22 +91,33 @@ class RLTrainer:
         max_output_chars: int = RolloutSettings.max_output_chars,
         logger: MetricsLogger | None = None,
         variant: str = "",
+        seed: int = 0,
+        dist: DistContext | None = None,
+        reward_fn: Callable[[Trajectory], float] | None = None,
     ) -> None:
+        """`task_at(i)` is the i-th training task. `reward_fn(trajectory)` replaces the
+        configured reward (`rl.reward`) for custom tasks; trajectories carry `meta["task"]`
+        (the task's index) and `meta["correct"]`."""
         self.model = model
         self.rollout = rollout
-        self.tasks = tasks
+        self.task_at = task_at
         self.cfg = cfg
         self.pad_id = pad_id
         self.use_tools = use_tools
         self.max_output_chars = max_output_chars  # as in evaluation: one view of tool output
-        self.logger = logger
+        self.logger = logger if dist is None or dist.is_main else None
         self.variant = variant
+        self.seed = seed
+        self.dist = dist
+        self.shard = dist.shard if dist is not None else Shard()
         params = {}
         if cfg.reward == "composite":
             params = dict(
                 alpha=cfg.composite_alpha, beta=cfg.composite_beta, r_max=cfg.composite_max
             )
-        self.reward = make_reward(cfg.reward, **params)
+        reward = make_reward(cfg.reward, **params)
+        self.reward_fn = reward_fn or (lambda t: reward(bool(t.meta["correct"]), tool_stats(t)))
+        self.protocol = get_protocol("cir_fences", cfg.boundary)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
         warmup = max(1, cfg.warmup_steps * cfg.updates_per_step)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -76,111 +125,249 @@ class RLTrainer:
         )
         self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None
         self.device = next(model.parameters()).device
+        self.state = TrainerState()
 
-    async def train(self) -> None:
-        bar = tqdm(range(self.cfg.steps), desc=f"{self.variant} RL", leave=False)
-        for step in bar:
-            metrics = await self.step(step)
+    # ------------------------------------------------------------------ the loop
+    async def train(self, until: int | None = None, checkpoint_dir: Path | None = None) -> None:
+        """Run steps up to `until` (default: all `cfg.steps`), checkpointing every
+        `cfg.checkpoint_every` steps and at the end when `checkpoint_dir` is given."""
+        until = self.cfg.steps if until is None else min(until, self.cfg.steps)
+        bar = tqdm(
+            range(self.state.step, until),
+            desc=f"{self.variant} RL",
+            leave=False,
+            disable=self.dist is not None and not self.dist.is_main,
+        )
+        for _ in bar:
+            metrics = await self.step()
             bar.set_postfix(
                 acc=f"{metrics['train/accuracy']:.2f}",
                 calls=f"{metrics.get('tools/calls_mean', 0):.2f}",
             )
+            every = self.cfg.checkpoint_every
+            if checkpoint_dir is not None and every and self.state.step % every == 0:
+                self.save_checkpoint(checkpoint_dir)
+        if checkpoint_dir is not None:
+            self.save_checkpoint(checkpoint_dir)
 
-    async def sample(self, step: int) -> tuple[list[Trajectory], int]:
+    def limits(self) -> tuple[int, int]:
+        """(model tokens, tool budget) now: the expansion stage's, or the budget schedule's."""
         cfg = self.cfg
-        budget = budget_at(cfg.budget_schedule, step / max(1, cfg.steps))
+        if cfg.stages:
+            stage = cfg.stages[self.state.stage]
+            return stage.max_model_tokens, stage.tool_budget
+        budget = budget_at(cfg.budget_schedule, self.state.step / max(1, cfg.steps))
+        return cfg.max_model_tokens, budget
+
+    async def sample_groups(self, n: int, settings: RolloutSettings) -> list[list[Trajectory]]:
+        """`n` fresh tasks, `group_size` scored trajectories each. Under torch.distributed each
+        rank samples every world-th group and all ranks get all groups."""
+        first = self.state.next_task
+        self.state.next_task += n
+        g_size = self.cfg.group_size
+        mine = range(first + self.shard.rank, first + n, self.shard.world)
+        tasks = {i: self.task_at(i) for i in mine}
+        prompts = [prompt_for(tasks[i]) for i in mine for _ in range(g_size)]
+        metas = [
+            {"task": i, "seed": trajectory_seed(self.seed, i, j)}
+            for i in mine
+            for j in range(g_size)
+        ]
+        trajs = await self.rollout.run_many(prompts, settings, metas)
+        for traj in trajs:
+            score(traj, tasks[traj.meta["task"]])
+        groups = [trajs[k : k + g_size] for k in range(0, len(trajs), g_size)]
+        return gather_in_order(groups, self.dist, n)
+
+    def rewards_of(self, trajs: list[Trajectory], max_tokens: int) -> torch.Tensor:
+        rewards = torch.tensor([self.reward_fn(t) for t in trajs], dtype=torch.float)
+        if self.cfg.overlong_buffer > 0:
+            lengths = torch.tensor([t.num_model_tokens for t in trajs])
+            rewards = rewards + overlong_penalty(
+                lengths, max_tokens, self.cfg.overlong_buffer, self.cfg.overlong_penalty
+            )
+        return rewards
+
+    async def collect(self, settings: RolloutSettings) -> tuple[list[list[Trajectory]], dict]:
+        """The step's groups, with AgentMath's adaptive batch construction when it is on."""
+        cfg = self.cfg
+        kept: list[list[Trajectory]] = []
+        sampled = dropped = rounds = failed = 0
+        while True:
+            groups = await self.sample_groups(cfg.prompts_per_step - len(kept), settings)
+            sampled += len(groups)
+            for group in groups:
+                # A trajectory the engine or sandbox failed says nothing about the policy.
+                ok = [t for t in group if t.finish_reason not in FAILED]
+                failed += len(group) - len(ok)
+                group = ok
+                if not group:
+                    dropped += 1
+                    continue
+                rewards = self.rewards_of(group, settings.max_model_tokens)
+                if cfg.adaptive_batch and bool((rewards == rewards[0]).all()):
+                    dropped += 1
+                else:
+                    kept.append(group)
+            if not cfg.adaptive_batch or len(kept) == cfg.prompts_per_step:
+                break
+            if rounds == cfg.max_refill_rounds:
+                break
+            rounds += 1
+        stats = {
+            "batch/groups_sampled": sampled,
+            "batch/groups_dropped": dropped,
+            "batch/refill_rounds": rounds,
+            "batch/fill": len(kept) / cfg.prompts_per_step,
+            "rollout/failed": failed,
+        }
+        return kept, stats
+
+    async def step(self) -> dict:
+        start = time.perf_counter()
+        cfg = self.cfg
+        max_tokens, budget = self.limits()
         settings = RolloutSettings(
-            max_model_tokens=cfg.max_model_tokens,
+            max_model_tokens=max_tokens,
             tool_budget=budget,
             temperature=cfg.temperature,
             use_tools=self.use_tools,
             max_output_chars=self.max_output_chars,
+            protocol=self.protocol,
         )
-        tasks = [next(self.tasks) for _ in range(cfg.prompts_per_step)]
-        prompts = [prompt_for(t) for t in tasks for _ in range(cfg.group_size)]
-        metas = [{"group": g} for g in range(len(tasks)) for _ in range(cfg.group_size)]
-        trajs = await self.rollout.run_many(prompts, settings, metas)
-        for traj in trajs:
-            score(traj, tasks[traj.meta["group"]])
-        return trajs, budget
-
-    async def step(self, step: int) -> dict:
-        start = time.perf_counter()
-        trajs, budget = await self.sample(step)
+        kept, batch_stats = await self.collect(settings)
         rollout_s = time.perf_counter() - start
-        cfg = self.cfg
-        rewards = torch.tensor([self.reward(bool(t.meta["correct"]), tool_stats(t)) for t in trajs])
-        groups = torch.tensor([t.meta["group"] for t in trajs])
-        advantages = group_advantages(rewards, groups, cfg.advantage)  # [B]
-
-        batch = collate(trajs, self.pad_id, cfg.mask_tool_output).to(self.device)
-        with torch.no_grad():
-            old_logprobs, _ = token_logprobs(self.model, batch)  # [B, T-1]
-            ref_logprobs = (
-                token_logprobs(self.reference, batch)[0] if self.reference is not None else None
-            )
-        token_adv = broadcast_to_tokens(advantages.to(self.device), batch.loss_mask)  # [B, T-1]
-
-        self.model.train()
-        update_metrics: list[dict] = []
-        order = torch.randperm(len(trajs))
-        for rows in order.chunk(cfg.updates_per_step):
-            mb = batch.select(rows)
-            logprobs, entropy = token_logprobs(self.model, mb, with_entropy=cfg.entropy_coef > 0)
-            loss, m = ppo_clip_loss(
-                logprobs,
-                old_logprobs[rows],
-                token_adv[rows],
-                mb.loss_mask,
-                clip_low=cfg.clip_low,
-                clip_high=cfg.clip_high,
-                agg=cfg.loss_agg,
-            )
-            if entropy is not None:
-                loss = loss - cfg.entropy_coef * agg_loss(entropy, mb.loss_mask, cfg.loss_agg)
-            if ref_logprobs is not None:
-                kl = kl_penalty(logprobs, ref_logprobs[rows], "k3")
-                loss = loss + cfg.kl_coef * agg_loss(kl, mb.loss_mask, cfg.loss_agg)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            m["actor/grad_norm"] = float(
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-            )
-            self.optimizer.step()
-            self.schedule.step()
-            update_metrics.append(m)
-        self.model.eval()
-
-        mask = batch.loss_mask
-        logprob_gap = (
-            (old_logprobs - batch.sampler_logprobs).abs() * mask
-        ).sum() / mask.sum().clamp_min(1)
-        metrics = {
-            "variant": self.variant,
-            "phase": "rl",
-            "step": step,
-            "rl/budget": budget,
-            "train/lr": self.schedule.get_last_lr()[0],
-            "train/reward_mean": rewards.mean().item(),
-            "train/accuracy": sum(bool(t.meta["correct"]) for t in trajs) / len(trajs),
-            "train/truncation_rate": sum(t.finish_reason == "length" for t in trajs) / len(trajs),
-            "train/uniform_group_share": _share_of_uniform_groups(rewards, groups),
-            "rollout/logprob_gap": logprob_gap.item(),
-            **{
-                k: sum(m[k] for m in update_metrics) / len(update_metrics)
-                for k in update_metrics[0]
-            },
-            **aggregate_tool_stats([tool_stats(t) for t in trajs]),
-            "time/rollout_s": rollout_s,
-            "time/step_s": time.perf_counter() - start,
-        }
+        trajs = [t for group in kept for t in group]
+        metrics: dict = {"variant": self.variant, "phase": "rl", "step": self.state.step}
+        metrics.update(batch_stats)
+        if trajs:
+            metrics.update(self.rollout_metrics(trajs, max_tokens, budget))
+            metrics.update(self.update(trajs, max_tokens))
+        truncation = metrics.get("train/truncation_rate", 0.0)
+        if cfg.stages and truncation > cfg.expansion_threshold:
+            self.state.stage = min(self.state.stage + 1, len(cfg.stages) - 1)
+        self.state.step += 1
+        metrics["rl/stage"] = self.state.stage
+        metrics["time/rollout_s"] = rollout_s
+        metrics["time/step_s"] = time.perf_counter() - start
         if self.logger is not None:
             self.logger.log(metrics)
         return metrics
 
+    def rollout_metrics(self, trajs: list[Trajectory], max_tokens: int, budget: int) -> dict:
+        n = len(trajs)
+        return {
+            "rl/budget": budget,
+            "rl/max_model_tokens": max_tokens,
+            "train/reward_mean": float(self.rewards_of(trajs, max_tokens).mean()),
+            "train/accuracy": sum(bool(t.meta["correct"]) for t in trajs) / n,
+            "train/truncation_rate": sum(is_truncated(t) for t in trajs) / n,
+            "length/model_tokens_mean": sum(t.num_model_tokens for t in trajs) / n,
+            "length/tool_tokens_mean": sum(t.num_tool_tokens for t in trajs) / n,
+            **aggregate_tool_stats([tool_stats(t) for t in trajs]),
+        }
 
-def _share_of_uniform_groups(rewards: torch.Tensor, groups: torch.Tensor) -> float:
-    """Share of groups whose rewards are all equal (they carry no GRPO signal)."""
-    ids = groups.unique()
-    uniform = sum(bool((rewards[groups == g] == rewards[groups == g][0]).all()) for g in ids)
-    return uniform / len(ids)
+    # ------------------------------------------------------------------ the update
+    def update(self, trajs: list[Trajectory], max_tokens: int) -> dict:
+        cfg = self.cfg
+        rewards = self.rewards_of(trajs, max_tokens)
+        groups = torch.tensor([t.meta["task"] for t in trajs])
+        batch = collate(trajs, self.pad_id, cfg.mask_tool_output).to(self.device)
+        token_adv = token_advantages(
+            cfg.advantage, rewards, groups, batch.loss_mask.cpu(), gamma=cfg.gamma
+        ).to(self.device)  # [B, T-1]
+        # Every rank scores the whole batch here, so the numbers match one process exactly;
+        # the backward passes below are what is sharded.
+        old_logprobs = batch_logprobs(self.model, batch, cfg.micro_batch_size)
+        ref_logprobs = None
+        if self.reference is not None:
+            ref_logprobs = batch_logprobs(self.reference, batch, cfg.micro_batch_size)
+
+        self.model.train()
+        per_update: list[dict] = []
+        order = torch.randperm(len(trajs))
+        for rows in order.chunk(cfg.updates_per_step):
+            self.optimizer.zero_grad(set_to_none=True)
+            m = minibatch_loss_backward(
+                self.model, batch, rows.to(self.device), old_logprobs, token_adv,
+                ref_logprobs, cfg, self.shard, norm_len=max_tokens,
+            )  # fmt: skip
+            m = sum_over_ranks(m, self.dist)
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            m["actor/grad_norm"] = grad_norm_value(norm)
+            self.optimizer.step()
+            self.schedule.step()
+            per_update.append(m)
+        self.model.eval()
+        self.sync_rollout_weights()
+
+        mask = batch.loss_mask
+        gap = ((old_logprobs - batch.sampler_logprobs).abs() * mask).sum() / mask.sum().clamp_min(1)
+        groups_uniform = uniform_groups(rewards, groups)
+        return {
+            "train/lr": self.schedule.get_last_lr()[0],
+            "train/uniform_group_share": float(groups_uniform.float().mean()),
+            "rollout/logprob_gap": float(gap),
+            **{k: sum(m[k] for m in per_update) / len(per_update) for k in per_update[0]},
+        }
+
+    def sync_rollout_weights(self) -> None:
+        """Copy the updated policy into the rollout engine's model when that is a separate
+        copy (always under FSDP: every rank samples with a full copy; the shards are gathered,
+        a collective every rank calls)."""
+        engine_model = getattr(self.rollout.engine, "model", None) if self.rollout else None
+        if engine_model is None or engine_model is self.model:
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True)
+        engine_model.load_state_dict(get_model_state_dict(self.model, options=options))
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, directory: Path) -> Path:
+        """Write `trainer.pt` (model, optimizer, schedule, RNG, state) into `directory`."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=options)
+        path = Path(directory) / "trainer.pt"
+        if self.dist is None or self.dist.is_main:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            payload = {
+                "model": model_sd,
+                "optimizer": optim_sd,
+                "schedule": self.schedule.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "python_rng": random.getstate(),
+                "state": dataclasses.asdict(self.state),
+                "config": dataclasses.asdict(self.cfg),
+            }
+            tmp = path.with_suffix(".tmp")
+            torch.save(payload, tmp)
+            tmp.replace(path)  # a run killed while saving keeps the previous checkpoint
+        return path
+
+    def load_checkpoint(self, directory: Path) -> None:
+        """Restore everything `save_checkpoint` wrote; the next step is the one after it."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        path = Path(directory) / "trainer.pt"
+        if not path.exists():
+            raise FileNotFoundError(f"no checkpoint at {path}")
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+        # set_state_dict builds the optimizer's state by a zero step, which it skips when
+        # gradients are present (e.g. left by an earlier run of the same model object).
+        self.model.zero_grad(set_to_none=True)
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=payload["model"],
+            optim_state_dict=payload["optimizer"],
+            options=options,
+        )
+        self.schedule.load_state_dict(payload["schedule"])
+        torch.set_rng_state(payload["torch_rng"])
+        random.setstate(payload["python_rng"])
+        self.state = TrainerState(**payload["state"])
+        self.sync_rollout_weights()

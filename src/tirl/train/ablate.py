@@ -1,0 +1,190 @@
+"""`tirl ablate`: RL from one SFT model under several switch combinations, same seeds, one report.
+
+For each seed the code-integrated model is fine-tuned once (SFT does not depend on the RL
+switches), then every variant starts RL from that same SFT model and is evaluated on the
+same held-out items. A variant is a list of config overrides on top of the base config.
+
+Presets:
+- `cir`: the full CIR recipe (§2.3.2), then each of its six strategies removed in turn.
+  "Removed" means the alternative the paper argues against: stop-token boundaries, tool
+  output trained on, an entropy bonus, a KL penalty, symmetric clipping, a fixed budget.
+- `agentmath`: GRPO, then adaptive batches, the composite reward, and both.
+- `advantages`: the advantage estimators side by side.
+
+Outputs under the ablation folder: `ablation.md` (the comparison table: mean and spread over
+seeds, difference from the first variant), `report.html` / `report.md` with training curves
+averaged over seeds, `results.json`, and per seed the metrics, samples and checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+from tirl.config import ConfigError, apply_overrides, from_dict, to_dict
+from tirl.eval.report import write_report
+from tirl.sandbox import Sandbox, SandboxLimits
+from tirl.train.config import RunConfig
+
+PRESETS: dict[str, dict[str, list[str]]] = {
+    "cir": {
+        "cir": [],
+        "-exact-match": ["rl.boundary=stop_token"],
+        "-tool-mask": ["rl.mask_tool_output=false"],
+        "-no-entropy": ["rl.entropy_coef=0.01"],
+        "-no-kl": ["rl.kl_coef=0.05"],
+        "-clip-higher": ["rl.clip_high=0.2"],
+        "-budget-growth": ["rl.budget_schedule=[[0, 4]]"],
+    },
+    "agentmath": {
+        "grpo": [],
+        "+adaptive": ["rl.adaptive_batch=true"],
+        "+composite": ["rl.reward=composite"],
+        "+both": ["rl.adaptive_batch=true", "rl.reward=composite"],
+    },
+    "advantages": {
+        name: [f"rl.advantage={name}"]
+        for name in ("grpo", "drgrpo", "reinforce++", "reinforce++-baseline", "rloo")
+    },
+}
+
+TABLE_METRICS = (  # (eval key, header, format)
+    ("eval/accuracy", "accuracy", ".3f"),
+    ("eval/avg@k", "avg@k", ".3f"),
+    ("tools/calls_mean", "calls", ".2f"),
+    ("tools/ok_share", "ok share", ".3f"),
+    ("length/model_tokens_mean", "model tok", ".1f"),
+)
+
+
+def variant_config(base: RunConfig, overrides: list[str], where: str) -> RunConfig:
+    """`base` with `overrides` applied, validated; errors name the variant."""
+    try:
+        return from_dict(RunConfig, apply_overrides(to_dict(base), overrides))
+    except ConfigError as e:
+        raise ConfigError(f"variant {where!r}: {e}", e.key) from None
+
+
+def parse_variants(preset: str | None, specs: list[str]) -> dict[str, list[str]]:
+    """A preset's variants, plus `NAME:key=value,key=value` specs from the command line."""
+    if preset is None and not specs:
+        raise ConfigError(f"name a --preset ({', '.join(PRESETS)}) or give --variant specs")
+    if preset is not None and preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    variants = dict(PRESETS[preset]) if preset else {}
+    for spec in specs:
+        name, sep, overrides = spec.partition(":")
+        if not sep or not name:
+            raise ConfigError(f"--variant {spec!r}: expected NAME:key=value[,key=value...]")
+        variants[name] = [o for o in overrides.split(",") if o]
+    return variants
+
+
+async def _run_seed(base: RunConfig, variants: dict[str, list[str]], seed_dir: Path) -> dict:
+    from tirl.quickstart import Quickstart, _seed_everything, make_tokenizer
+
+    quick = Quickstart(base, seed_dir)
+    tokenizer = make_tokenizer(base, quick.env)
+    quick.tokenizer = tokenizer
+    limits = SandboxLimits(timeout_s=base.sandbox.timeout_s, memory_mb=base.sandbox.memory_mb)
+    async with Sandbox(limits, preload=tuple(base.sandbox.preload)) as sandbox:
+        _seed_everything(base.seed)
+        model = quick.make_model(tokenizer)
+        await quick.sft("sft", model, tokenizer, sandbox, use_tools=True)
+        sft_state = copy.deepcopy(model.state_dict())
+        for name, overrides in variants.items():
+            cfg = variant_config(base, overrides, name)
+            model.load_state_dict(sft_state)
+            _seed_everything(cfg.seed)
+            await quick.rl(name, model, tokenizer, sandbox, True, cfg)
+    quick.logger.close()
+    return quick.results
+
+
+def _mean_records(paths: list[Path]) -> list[dict]:
+    """Per (variant, phase, step), the mean of each numeric metric over the seeds' runs."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for path in paths:
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            groups[(record["variant"], record["phase"], record["step"])].append(record)
+    merged = []
+    for (variant, phase, step), records in groups.items():
+        keys = {k for r in records for k, v in r.items() if isinstance(v, (int, float))}
+        row = {"variant": variant, "phase": phase, "step": step}
+        for key in keys - {"step"}:
+            values = [r[key] for r in records if isinstance(r.get(key), (int, float))]
+            row[key] = statistics.fmean(values)
+        merged.append(row)
+    return merged
+
+
+def comparison_table(per_seed: list[dict], variants: dict[str, list[str]]) -> str:
+    """Markdown: one row per variant, mean ± sd over seeds, and the accuracy difference from
+    the first variant (the reference recipe)."""
+
+    def values(name: str, key: str) -> list[float]:
+        found = [r.get(name, {}).get("rl", {}).get(key) for r in per_seed]
+        return [x for x in found if isinstance(x, (int, float)) and math.isfinite(x)]
+
+    reference = list(variants)[0]
+    ref_acc = statistics.fmean(values(reference, "eval/accuracy"))
+    headers = ["variant", "overrides", *(h for _, h, _ in TABLE_METRICS), "Δ accuracy"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    sft = [r["sft"]["sft"]["eval/accuracy"] for r in per_seed]
+    for name, overrides in variants.items():
+        cells = [name, ", ".join(f"`{o}`" for o in overrides) or "(reference)"]
+        for key, _, fmt in TABLE_METRICS:
+            xs = values(name, key)
+            if not xs:
+                cells.append("–")
+                continue
+            spread = f" ± {statistics.stdev(xs):{fmt}}" if len(xs) > 1 else ""
+            cells.append(f"{statistics.fmean(xs):{fmt}}{spread}")
+        delta = statistics.fmean(values(name, "eval/accuracy")) - ref_acc
+        cells.append("–" if name == reference else f"{delta:+.3f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(
+        f"SFT starting point, greedy accuracy: {statistics.fmean(sft):.3f} (all variants)."
+    )
+    return "\n".join(lines)
+
+
+def run_ablation(
+    base: RunConfig, variants: dict[str, list[str]], seeds: list[int], out_dir: Path
+) -> Path:
+    """Run every variant on every seed; write the comparison; return the ablation folder."""
+    for name, overrides in variants.items():
+        variant_config(base, overrides, name)  # every variant valid before anything runs
+    out_dir.mkdir(parents=True, exist_ok=True)
+    per_seed = []
+    for seed in seeds:
+        cfg = replace(base, seed=seed)
+        per_seed.append(asyncio.run(_run_seed(cfg, variants, out_dir / f"seed{seed}")))
+    (out_dir / "results.json").write_text(json.dumps(per_seed, indent=2))
+    table = comparison_table(per_seed, variants)
+    seeds_text = ", ".join(map(str, seeds))
+    (out_dir / "ablation.md").write_text(
+        f"# Ablation\n\nSeeds: {seeds_text}. Mean ± sd over seeds; held-out greedy accuracy "
+        f"and avg@k after RL.\n\n{table}\n\nCurves (means over seeds): report.html\n"
+    )
+    merged = out_dir / "metrics.jsonl"
+    records = _mean_records([out_dir / f"seed{s}" / "metrics.jsonl" for s in seeds])
+    merged.write_text("".join(json.dumps(r) + "\n" for r in records))
+    first = per_seed[0]
+    write_report(
+        out_dir,
+        eval_results=first,
+        metrics_path=merged,
+        title=f"tirl ablate (curves: mean over seeds {seeds_text}; table: seed {seeds[0]})",
+        config=to_dict(base),
+    )
+    print(table)
+    return out_dir

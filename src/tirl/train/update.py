@@ -1,0 +1,129 @@
+"""One policy update on a scored batch: the loss over model tokens, split into micro-batches
+and, under `torch.distributed`, into per-rank shards, with the same result as one pass.
+
+Why the weights: every aggregation mode is a sum over tokens (or sequences) divided by a
+count. A micro-batch's loss, aggregated on its own, is rescaled by (its count / the count of
+the whole minibatch), so the accumulated gradient is the minibatch's gradient exactly, not a
+mean of per-micro-batch means (which would weigh a short micro-batch's tokens more). Across
+ranks the count is the global one, and the loss is multiplied by the world size because FSDP
+averages gradients over ranks.
+
+A tool token has loss mask 0: it is in no count and changes no loss (DESIGN.md invariant 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from tirl.algos.losses import agg_loss, kl_penalty, ppo_clip_loss
+from tirl.train.batch import TokenBatch, token_logprobs
+from tirl.train.config import RLConfig
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Which rows of a minibatch this process works on: rows[rank::world]."""
+
+    rank: int = 0
+    world: int = 1
+
+    def rows(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows[self.rank :: self.world]
+
+
+def agg_count(mask: torch.Tensor, mode: str) -> int:
+    """The denominator `agg_loss` divides by: model tokens for token-mean, else sequences with
+    at least one model token."""
+    if mode == "token-mean":
+        return int(mask.sum().item())
+    return int((mask.sum(-1) > 0).sum().item())
+
+
+def micro_batches(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
+    return list(rows.split(size)) if size > 0 else [rows]
+
+
+def shard_micro_batches(rows: torch.Tensor, size: int, shard: Shard) -> list[torch.Tensor]:
+    """This shard's rows of a minibatch in micro-batches of at most `size` (0: one).
+
+    Every rank gets the same number of micro-batches, some possibly empty: FSDP's collectives
+    need each rank to run the same number of forward and backward passes.
+    """
+    per_rank = -(-len(rows) // shard.world)  # the largest shard
+    count = max(1, -(-per_rank // size)) if size > 0 else 1
+    return list(torch.tensor_split(shard.rows(rows), count))
+
+
+@torch.no_grad()
+def batch_logprobs(model: torch.nn.Module, batch: TokenBatch, micro: int) -> torch.Tensor:
+    """[B, T-1] log-probabilities of every target token, in micro-batches of `micro` rows."""
+    rows = torch.arange(batch.input_ids.shape[0], device=batch.input_ids.device)
+    parts = [token_logprobs(model, batch.select(r))[0] for r in micro_batches(rows, micro)]
+    return torch.cat(parts)
+
+
+def _autocast(cfg: RLConfig, device: torch.device):
+    if cfg.bf16 and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def minibatch_loss_backward(
+    model: torch.nn.Module,
+    batch: TokenBatch,
+    rows: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    token_adv: torch.Tensor,
+    ref_logprobs: torch.Tensor | None,
+    cfg: RLConfig,
+    shard: Shard = Shard(),
+    norm_len: int | None = None,
+) -> dict[str, float]:
+    """Backward of the minibatch `rows`' loss (this shard's part of it); returns its metrics.
+
+    The minibatch loss is PPO-clip over model tokens, minus `entropy_coef` x entropy, plus
+    `kl_coef` x KL to the reference: each aggregated with `cfg.loss_agg` over the whole
+    minibatch, whichever micro-batch or rank a token is in. `norm_len` is the constant
+    divisor of "seq-mean-token-sum-norm" (Dr.GRPO): the model-token limit.
+    """
+    total = agg_count(batch.loss_mask[rows], cfg.loss_agg)
+    device = batch.input_ids.device
+    sums: dict[str, float] = {}
+    for micro in shard_micro_batches(rows, cfg.micro_batch_size, shard):
+        # An empty micro-batch still runs (on one row, weighted 0) to keep ranks in step.
+        weight = agg_count(batch.loss_mask[micro], cfg.loss_agg) / max(1, total)
+        micro = micro if len(micro) else rows[:1]
+        mb = batch.select(micro)
+        with _autocast(cfg, device):
+            logprobs, entropy = token_logprobs(model, mb, with_entropy=True)
+        loss, metrics = ppo_clip_loss(
+            logprobs.float(),
+            old_logprobs[micro],
+            token_adv[micro],
+            mb.loss_mask,
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            clip_ratio_c=cfg.clip_ratio_c,
+            agg=cfg.loss_agg,
+            norm_len=norm_len,
+        )
+        entropy_term = agg_loss(entropy.float(), mb.loss_mask, cfg.loss_agg, norm_len=norm_len)
+        if cfg.entropy_coef > 0:
+            loss = loss - cfg.entropy_coef * entropy_term
+        metrics["actor/entropy"] = float(entropy_term.detach())
+        if ref_logprobs is not None:
+            kl = agg_loss(
+                kl_penalty(logprobs.float(), ref_logprobs[micro], cfg.kl_estimator),
+                mb.loss_mask,
+                cfg.loss_agg,
+                norm_len=norm_len,
+            )
+            loss = loss + cfg.kl_coef * kl
+            metrics["actor/kl_ref"] = float(kl.detach())
+        (loss * weight * shard.world).backward()
+        for key, value in metrics.items():
+            sums[key] = sums.get(key, 0.0) + value * weight
+    return sums  # this shard's share of each metric; summed over ranks by the caller

@@ -1,0 +1,127 @@
+"""RL run alone or as one rank of a gloo group with FSDP2 (test_trainer.py).
+
+    python tests/dist_update_worker.py update IN_DIR OUT_FILE [micro_batch_size]
+    python tests/dist_update_worker.py rl OUT_FILE
+
+`update`: one `RLTrainer.update` on a fixed batch: `IN_DIR/model.pt` (a state dict),
+`IN_DIR/trajs.jsonl` and `IN_DIR/config.json`.
+`rl`: two whole RL steps (rollouts with the sandbox on each rank, gathered, then the update
+and the weight sync into each rank's sampling copy) of a tiny model on arithmetic tasks.
+Rank 0 writes the full parameters after training, and the metrics, to OUT_FILE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import sys
+from pathlib import Path
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from tirl.protocol.segments import Trajectory
+from tirl.train.config import RLConfig
+from tirl.train.distributed import DistContext, init_from_env, shard_model
+from tirl.train.rl import RLTrainer
+
+
+def small_model(vocab_size: int = 64) -> Qwen2ForCausalLM:
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def full_params(model, ctx: DistContext | None) -> dict:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
+def update(ctx: DistContext | None, in_dir: Path, micro: int) -> tuple[dict, dict]:
+    torch.manual_seed(0)  # the minibatch order
+    model = small_model()
+    model.load_state_dict(torch.load(in_dir / "model.pt"))
+    if ctx is not None:
+        shard_model(model)
+    cfg = RLConfig(**json.loads((in_dir / "config.json").read_text()), micro_batch_size=micro)
+    lines = (in_dir / "trajs.jsonl").read_text().splitlines()
+    trajs = [Trajectory.from_dict(json.loads(line)) for line in lines]
+    trainer = RLTrainer(model, None, None, cfg, pad_id=0, use_tools=True, dist=ctx)
+    metrics = trainer.update(trajs, cfg.max_model_tokens)
+    return full_params(model, ctx), metrics
+
+
+def rl(ctx: DistContext | None) -> tuple[dict, list[dict]]:
+    from tirl.backends.hf import HFEngine
+    from tirl.envs.arithmetic import ArithmeticEnv
+    from tirl.models.tiny import train_tokenizer
+    from tirl.rollout.runner import Rollout
+    from tirl.sandbox import Sandbox
+    from tirl.synth.arithmetic import demonstration_texts
+
+    env = ArithmeticEnv()
+    texts = [
+        "".join(t for _, t in demonstration_texts(x, x.answer)) for x in env.items("train", 50)
+    ]
+    tokenizer = train_tokenizer(texts, vocab_size=200)
+    torch.manual_seed(0)
+    model = small_model(len(tokenizer))
+    sampler = copy.deepcopy(model).eval()  # each rank samples with a full copy
+    if ctx is not None:
+        shard_model(model)
+    cfg = RLConfig(
+        steps=2, prompts_per_step=4, group_size=2, max_model_tokens=12, lr=1e-3, warmup_steps=1
+    )
+
+    async def main() -> list[dict]:
+        async with Sandbox() as sandbox:
+            engine = HFEngine(sampler, tokenizer.eos_token_id, seed=0)
+            trainer = RLTrainer(
+                model,
+                Rollout(engine, tokenizer, sandbox),
+                lambda i: env.item("train", i),
+                cfg,
+                pad_id=tokenizer.pad_token_id,
+                use_tools=True,
+                dist=ctx,
+                reward_fn=lambda t: float(sum(t.ids) % 2),
+            )
+            metrics = [await trainer.step() for _ in range(cfg.steps)]
+            engine.close()
+            return metrics
+
+    torch.manual_seed(0)
+    metrics = asyncio.run(main())
+    params = full_params(model, ctx)
+    for key, value in sampler.state_dict().items():  # the weight sync reached the sampler
+        assert torch.equal(value, params[key]), key
+    return params, metrics
+
+
+def main(argv: list[str]) -> None:
+    torch.set_num_threads(1)
+    ctx = init_from_env("cpu")
+    if argv[0] == "update":
+        out_file = Path(argv[2])
+        params, metrics = update(ctx, Path(argv[1]), int(argv[3]) if len(argv) > 3 else 0)
+    else:
+        out_file = Path(argv[1])
+        params, metrics = rl(ctx)
+    if ctx is None or ctx.is_main:
+        torch.save({"params": params, "metrics": metrics}, out_file)
+    if ctx is not None:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,276 @@
+"""The RL trainer's switches: micro-batches and ranks, gloo data parallelism, exact resume,
+adaptive batches and multi-stage expansion. Real tiny models, real sandbox, real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tirl.backends.hf import HFEngine
+from tirl.config import ConfigError, load_config
+from tirl.protocol.segments import Segment, SegmentKind, Trajectory
+from tirl.rollout.runner import Rollout
+from tirl.sandbox import Sandbox
+from tirl.train.batch import collate
+from tirl.train.config import RLConfig, RLStage, RunConfig
+from tirl.train.metrics import MetricsLogger
+from tirl.train.rl import RLTrainer
+from tirl.train.update import Shard, batch_logprobs, minibatch_loss_backward
+
+sys.path.insert(0, str(Path(__file__).parent))
+from dist_update_worker import small_model  # noqa: E402
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+def synthetic_batch(groups: int, group_size: int, seed: int = 0) -> list[Trajectory]:
+    """Trajectories shaped like real ones: prompt, model, tool output, model; random ids."""
+    g = torch.Generator().manual_seed(seed)
+
+    def ids(lo: int, hi: int) -> list[int]:
+        n = int(torch.randint(lo, hi, (1,), generator=g))
+        return torch.randint(1, 64, (n,), generator=g).tolist()
+
+    def model_segment(lo: int, hi: int) -> Segment:
+        tokens = ids(lo, hi)
+        return Segment(SegmentKind.MODEL, tokens, logprobs=[-1.0] * len(tokens))
+
+    trajs = []
+    for task in range(groups):
+        for _ in range(group_size):
+            segments = [Segment(SegmentKind.PROMPT, ids(3, 6)), model_segment(2, 8)]
+            if torch.rand(1, generator=g) < 0.6:  # a tool call, then more model text
+                segments += [Segment(SegmentKind.TOOL, ids(2, 6)), model_segment(1, 6)]
+            correct = bool(torch.rand(1, generator=g) < 0.5)
+            trajs.append(Trajectory(segments, meta={"task": task, "correct": correct}))
+    return trajs
+
+
+def grads_after(model, trajs, cfg: RLConfig, shards: list[Shard]) -> list[torch.Tensor]:
+    """Gradients of one minibatch holding every row, summed over `shards` (as all-reduce)."""
+    trainer = RLTrainer(model, None, None, cfg, pad_id=0, use_tools=True)
+    batch = collate(trajs, 0)
+    rewards = trainer.rewards_of(trajs, cfg.max_model_tokens)
+    from tirl.algos.advantages import token_advantages
+
+    groups = torch.tensor([t.meta["task"] for t in trajs])
+    adv = token_advantages(cfg.advantage, rewards, groups, batch.loss_mask, gamma=cfg.gamma)
+    old = batch_logprobs(model, batch, 0) - 0.05  # off-policy enough for some clipping
+    model.zero_grad()
+    for shard in shards:
+        minibatch_loss_backward(
+            model, batch, torch.arange(len(trajs)), old, adv, None, cfg, shard, norm_len=20
+        )
+    return [p.grad.clone() / len(shards) for p in model.parameters()]
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
+def test_micro_batches_and_shards_give_the_gradient_of_the_whole_minibatch(agg):
+    torch.manual_seed(0)
+    model = small_model()
+    trajs = synthetic_batch(groups=3, group_size=3)
+    base = RLConfig(loss_agg=agg, entropy_coef=0.01)
+    whole = grads_after(model, trajs, base, [Shard()])
+    micro = grads_after(model, trajs, dataclasses.replace(base, micro_batch_size=2), [Shard()])
+    ranks = grads_after(model, trajs, base, [Shard(0, 2), Shard(1, 2)])
+    for a, b, c in zip(whole, micro, ranks):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(a, c, atol=1e-6, rtol=1e-5)
+    assert any(g.abs().sum() > 0 for g in whole)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_workers(args: list[str], world: int) -> None:
+    worker = Path(__file__).parent / "dist_update_worker.py"
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        cmd = [sys.executable, str(worker), *map(str, args)]
+        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
+    for proc in procs:
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err[-3000:]
+
+
+def test_two_gloo_ranks_with_fsdp_make_the_update_of_one_process(tmp_path):
+    torch.manual_seed(1)
+    torch.save(small_model().state_dict(), tmp_path / "model.pt")
+    trajs = synthetic_batch(groups=4, group_size=3, seed=1)
+    (tmp_path / "trajs.jsonl").write_text("\n".join(json.dumps(t.to_dict()) for t in trajs))
+    cfg = {"lr": 1e-3, "updates_per_step": 2, "advantage": "reinforce++", "warmup_steps": 1}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    _run_workers(["update", tmp_path, tmp_path / "one.pt", 0], world=1)
+    _run_workers(["update", tmp_path, tmp_path / "two.pt", 2], world=2)
+    one = torch.load(tmp_path / "one.pt")
+    two = torch.load(tmp_path / "two.pt")
+    start = torch.load(tmp_path / "model.pt")
+    moved = [k for k in start if not torch.equal(start[k], one["params"][k])]
+    assert moved, "the update must change the parameters"
+    for key, value in one["params"].items():
+        torch.testing.assert_close(two["params"][key], value, atol=1e-6, rtol=0)
+    for key in ("actor/pg_loss", "actor/clip_frac", "actor/entropy"):
+        assert two["metrics"][key] == pytest.approx(one["metrics"][key], abs=1e-6)
+
+
+def test_two_gloo_ranks_train_like_one_process_rollouts_included(tmp_path):
+    """Each rank rolls out half the groups (its own sandbox), all ranks update on the gathered
+    batch, and each rank's sampling copy receives the new weights."""
+    _run_workers(["rl", tmp_path / "one.pt"], world=1)
+    _run_workers(["rl", tmp_path / "two.pt"], world=2)
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    for a, b in zip(one["metrics"], two["metrics"]):
+        assert a["train/reward_mean"] == b["train/reward_mean"]
+        assert a["length/model_tokens_mean"] == b["length/model_tokens_mean"]
+        assert a["actor/pg_loss"] == pytest.approx(b["actor/pg_loss"], abs=1e-6)
+    assert any(m["actor/grad_norm"] > 0 for m in one["metrics"])
+    for key, value in one["params"].items():
+        torch.testing.assert_close(two["params"][key], value, atol=1e-6, rtol=0)
+
+
+# ---------------------------------------------------------------------------- with rollouts
+
+
+def varied_reward(traj: Trajectory) -> float:
+    """A reward with spread inside groups even for an untrained model, so updates happen."""
+    return float(sum(traj.ids) % 2)
+
+
+async def _train(model, tokenizer, env, cfg, run_dir, until=None, resume=False):
+    async with Sandbox() as sandbox:
+        engine = HFEngine(model, tokenizer.eos_token_id, seed=0)
+        logger = MetricsLogger(run_dir / "metrics.jsonl")
+        trainer = RLTrainer(
+            model,
+            Rollout(engine, tokenizer, sandbox),
+            lambda i: env.item("train", i),
+            cfg,
+            pad_id=tokenizer.pad_token_id,
+            use_tools=True,
+            logger=logger,
+            reward_fn=varied_reward,
+        )
+        if resume:
+            trainer.load_checkpoint(run_dir / "ckpt")
+        await trainer.train(until=until, checkpoint_dir=run_dir / "ckpt")
+        logger.close()
+        engine.close()
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_continues_exactly_where_the_run_stopped(env, tokenizer, tiny_model, tmp_path):
+    cfg = RLConfig(steps=4, prompts_per_step=2, group_size=3, max_model_tokens=20, lr=1e-3)
+    start_state = copy.deepcopy(tiny_model.state_dict())
+    torch.manual_seed(5)
+    straight = asyncio.run(_train(tiny_model, tokenizer, env, cfg, tmp_path / "a"))
+    straight_params = copy.deepcopy(tiny_model.state_dict())
+
+    tiny_model.load_state_dict(start_state)
+    torch.manual_seed(5)
+    asyncio.run(_train(tiny_model, tokenizer, env, cfg, tmp_path / "b", until=2))
+    tiny_model.load_state_dict(start_state)  # a new process starts from the initial policy
+    torch.manual_seed(123)  # whatever the new process's RNG is, the checkpoint's wins
+    resumed = asyncio.run(_train(tiny_model, tokenizer, env, cfg, tmp_path / "b", resume=True))
+
+    assert [r["step"] for r in resumed] == [0, 1, 2, 3]
+    for a, b in zip(straight, resumed):
+        assert a["train/reward_mean"] == b["train/reward_mean"]
+        assert a["actor/pg_loss"] == pytest.approx(b["actor/pg_loss"], abs=1e-6)
+        assert a["actor/grad_norm"] == pytest.approx(b["actor/grad_norm"], abs=1e-6)
+    assert any(r["actor/grad_norm"] > 0 for r in straight)
+    for key, value in straight_params.items():
+        torch.testing.assert_close(tiny_model.state_dict()[key], value, atol=1e-6, rtol=0)
+
+
+def _one_step(env, tokenizer, model, cfg, reward_fn):
+    async def main():
+        async with Sandbox() as sandbox:
+            engine = HFEngine(model, tokenizer.eos_token_id, seed=0)
+            trainer = RLTrainer(
+                model,
+                Rollout(engine, tokenizer, sandbox),
+                lambda i: env.item("train", i),
+                cfg,
+                pad_id=tokenizer.pad_token_id,
+                use_tools=True,
+                reward_fn=reward_fn,
+            )
+            metrics = [await trainer.step() for _ in range(cfg.steps)]
+            engine.close()
+            return trainer, metrics
+
+    return asyncio.run(main())
+
+
+def test_adaptive_batch_drops_groups_with_equal_rewards_and_refills(env, tokenizer, tiny_model):
+    """Odd tasks get rewards with spread, even ones all 0: task 0 and 2 are dropped."""
+
+    def reward(traj: Trajectory) -> float:
+        return float(traj.meta["task"] % 2 == 1 and traj.meta["seed"] % 2 == 0)
+
+    cfg = RLConfig(
+        steps=1, prompts_per_step=2, group_size=3, max_model_tokens=8, adaptive_batch=True
+    )
+    trainer, (m,) = _one_step(env, tokenizer, tiny_model, cfg, reward)
+    assert (m["batch/groups_sampled"], m["batch/groups_dropped"]) == (4, 2)
+    assert (m["batch/refill_rounds"], m["batch/fill"]) == (2, 1.0)
+    assert m["train/uniform_group_share"] == 0.0
+    assert trainer.state.next_task == 4
+
+    bounded = dataclasses.replace(cfg, max_refill_rounds=0)
+    _, (m,) = _one_step(env, tokenizer, tiny_model, bounded, reward)
+    assert (m["batch/groups_sampled"], m["batch/fill"]) == (2, 0.5)
+
+
+def test_expansion_moves_one_stage_when_truncation_exceeds_the_threshold(
+    env, tokenizer, tiny_model
+):
+    """An untrained model rarely stops on its own within 4 tokens: truncation near 100%."""
+    stages = [RLStage(4, 1), RLStage(6, 2), RLStage(8, 3)]
+    cfg = RLConfig(steps=3, prompts_per_step=1, group_size=2, max_model_tokens=8, stages=stages)
+    trainer, metrics = _one_step(env, tokenizer, tiny_model, cfg, varied_reward)
+    assert [m["rl/max_model_tokens"] for m in metrics] == [4, 6, 8]
+    assert [m["rl/budget"] for m in metrics] == [1, 2, 3]
+    assert [m["rl/stage"] for m in metrics] == [1, 2, 2]  # and never past the last stage
+    assert all(m["train/truncation_rate"] > 0.1 for m in metrics)
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("rl.bf16=true", ["bf16", "GPU"]),
+        ("rl.clip_ratio_c=0.9", ["clip_ratio_c", "> 1"]),
+        ("rl.advantage=ppo", ["rl.advantage", "ppo"]),
+        ("rl.stages=[{max_model_tokens: 0, tool_budget: 1}]", ["stages", "max_model_tokens"]),
+        ("rl.overlong_buffer=64", ["overlong_buffer"]),
+        ("rl.gamma=0", ["gamma"]),
+    ],
+)
+def test_bad_rl_switches_are_refused_with_a_message(override, words):
+    with pytest.raises(ConfigError) as err:
+        load_config(RunConfig, overrides=[override])
+    for word in words:
+        assert word in str(err.value)
