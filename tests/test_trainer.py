@@ -274,3 +274,37 @@ def test_bad_rl_switches_are_refused_with_a_message(override, words):
         load_config(RunConfig, overrides=[override])
     for word in words:
         assert word in str(err.value)
+
+
+def test_partial_rollouts_train_groups_once_all_members_finish(env, tokenizer, tiny_model):
+    """Segments of 4 tokens, 12 per trajectory: a group started at step 0 is trained on at
+    step 2, its tokens sampled by three policy versions; resuming restarts carried ones."""
+    from tirl.rollout.runner import token_policy_versions
+
+    cfg = RLConfig(
+        steps=4, prompts_per_step=1, group_size=2, max_model_tokens=12, segment_tokens=4
+    )
+    seen: list[Trajectory] = []
+
+    def reward(traj: Trajectory) -> float:
+        seen.append(traj)
+        return float(sum(traj.ids) % 2)
+
+    trainer, metrics = _one_step(env, tokenizer, tiny_model, cfg, reward)
+    fills = [m["batch/fill"] for m in metrics]
+    assert fills[:2] == [0.0, 0.0] and fills[2] == 1.0
+    assert metrics[2]["rollout/partial_resumed"] >= 4
+    first = [t for t in seen if t.meta["task"] == 0]
+    versions = {v for v in token_policy_versions(first[0]) if v >= 0}
+    assert versions == {0, 1, 2}
+    assert all(t.num_model_tokens == 12 for t in first)
+    # carried trajectories are named in the checkpoint, to restart after a resume
+    assert {m["task"] for m in trainer.carried_metas()} == {2, 3}
+
+
+def test_partial_rollouts_refuse_torch_distributed():
+    from tirl.train.distributed import DistContext
+
+    cfg = RLConfig(segment_tokens=8)
+    with pytest.raises(ConfigError, match="partial rollouts"):
+        RLTrainer(small_model(), None, None, cfg, pad_id=0, use_tools=True, dist=DistContext(0, 2))

@@ -86,7 +86,9 @@ class SFTConfig:
 @dataclass
 class RLStage:
     """One stage of AgentMath's multi-stage expansion (§3.3: context 48k -> 72k -> 96k, tool
-    calls 48 -> 72 -> 96): the model-token and tool-call limits while the stage lasts."""
+    calls 48 -> 72 -> 96, partial-rollout segments 2 -> 3 -> 4): the model-token and
+    tool-call limits while the stage lasts. With partial rollouts on, a trajectory spans up to
+    max_model_tokens / rl.segment_tokens segments, so the segment count grows with the stage."""
 
     max_model_tokens: int
     tool_budget: int
@@ -152,6 +154,14 @@ class RLConfig:
     budget_schedule: list[list[float]] = field(
         default_factory=lambda: [[0.0, 2], [0.34, 3], [0.67, 4]]
     )
+    # Partial rollouts (AgentMath §3): a trajectory samples at most `segment_tokens` model
+    # tokens / `segment_tool_calls` calls per step and goes on in the next step, under the
+    # new weights; 0 turns a budget off, both 0 turns partial rollouts off. Groups are trained
+    # on once all their members have finished. `max_staleness`: a trajectory whose oldest
+    # token is more than this many steps old restarts from its prompt.
+    segment_tokens: int = 0
+    segment_tool_calls: int = 0
+    max_staleness: int | None = None
     adaptive_batch: bool = False
     max_refill_rounds: int = 3  # extra sampling rounds to refill dropped groups, per step
     # AgentMath's expansion; when set, the stages' limits replace max_model_tokens and
@@ -187,6 +197,10 @@ class RLConfig:
             raise ConfigError(
                 f"rl.overlong_buffer must be in [0, rl.max_model_tokens), got {self.overlong_buffer}"
             )
+        if self.segment_tokens < 0 or self.segment_tool_calls < 0:
+            raise ConfigError("rl.segment_tokens and rl.segment_tool_calls must be >= 0 (0 = off)")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ConfigError(f"rl.max_staleness must be >= 0 or null, got {self.max_staleness}")
         if self.micro_batch_size < 0 or self.max_refill_rounds < 0 or self.checkpoint_every < 0:
             raise ConfigError(
                 "rl.micro_batch_size, rl.max_refill_rounds and rl.checkpoint_every must be >= 0"

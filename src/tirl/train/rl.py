@@ -35,12 +35,14 @@ from tqdm.auto import tqdm
 
 from tirl.algos.advantages import token_advantages
 from tirl.algos.overlong import overlong_penalty
+from tirl.config import ConfigError
 from tirl.envs.arithmetic import Task
 from tirl.eval.evaluate import score
 from tirl.protocol import get_protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rewards.reward import make_reward
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
+from tirl.rollout.partial import PartialRolloutPool
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.synth.arithmetic import prompt_for
 from tirl.train.batch import collate
@@ -67,8 +69,10 @@ def trajectory_seed(seed: int, task_index: int, sample: int) -> int:
 
 
 def is_truncated(traj: Trajectory) -> bool:
-    """Cut by the model-token limit or by the tool-call budget (AgentMath's truncation)."""
-    return traj.finish_reason == "length" or any(c.status == "skipped" for c in traj.tool_calls)
+    """Cut by the model-token limit, the tool-call budget or the staleness bound (AgentMath's
+    truncation)."""
+    cut = traj.finish_reason in ("length", "stale")
+    return cut or any(c.status == "skipped" for c in traj.tool_calls)
 
 
 def uniform_groups(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
@@ -126,6 +130,14 @@ class RLTrainer:
         self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None
         self.device = next(model.parameters()).device
         self.state = TrainerState()
+        self.pool = None  # partial rollouts: unfinished trajectories carried across steps
+        if cfg.segment_tokens or cfg.segment_tool_calls:
+            if dist is not None:
+                raise ConfigError("rl.segment_tokens / segment_tool_calls (partial rollouts) do"
+                                  " not run under torch.distributed yet")  # fmt: skip
+            self.pool = PartialRolloutPool(rollout, max_staleness=cfg.max_staleness)
+        self.pending: dict[int, list[Trajectory]] = {}  # finished members of unfinished groups
+        self.restart: list[dict] = []  # metas of carried trajectories a resume must restart
 
     # ------------------------------------------------------------------ the loop
     async def train(self, until: int | None = None, checkpoint_dir: Path | None = None) -> None:
@@ -159,25 +171,47 @@ class RLTrainer:
         budget = budget_at(cfg.budget_schedule, self.state.step / max(1, cfg.steps))
         return cfg.max_model_tokens, budget
 
-    async def sample_groups(self, n: int, settings: RolloutSettings) -> list[list[Trajectory]]:
-        """`n` fresh tasks, `group_size` scored trajectories each. Under torch.distributed each
-        rank samples every world-th group and all ranks get all groups."""
+    def new_metas(self, n: int) -> list[dict]:
+        """Metas of the next `n` tasks' trajectories (this rank's share of them)."""
         first = self.state.next_task
         self.state.next_task += n
-        g_size = self.cfg.group_size
-        mine = range(first + self.shard.rank, first + n, self.shard.world)
-        tasks = {i: self.task_at(i) for i in mine}
-        prompts = [prompt_for(tasks[i]) for i in mine for _ in range(g_size)]
-        metas = [
+        return [
             {"task": i, "seed": trajectory_seed(self.seed, i, j)}
-            for i in mine
-            for j in range(g_size)
+            for i in range(first + self.shard.rank, first + n, self.shard.world)
+            for j in range(self.cfg.group_size)
         ]
-        trajs = await self.rollout.run_many(prompts, settings, metas)
+
+    def score(self, trajs: list[Trajectory]) -> None:
         for traj in trajs:
-            score(traj, tasks[traj.meta["task"]])
+            score(traj, self.task_at(traj.meta["task"]))
+
+    async def sample_groups(self, n: int, settings: RolloutSettings) -> list[list[Trajectory]]:
+        """`n` fresh tasks, `group_size` scored trajectories each. Under torch.distributed each
+        rank samples every world-th group and all ranks get all groups. With partial
+        rollouts, the groups whose last member finished in this step, whenever they began."""
+        metas = self.new_metas(n)
+        prompts = [prompt_for(self.task_at(m["task"])) for m in metas]
+        if self.pool is not None:
+            return await self.sample_partial(prompts, metas, settings)
+        trajs = await self.rollout.run_many(prompts, settings, metas)
+        self.score(trajs)
+        g_size = self.cfg.group_size
         groups = [trajs[k : k + g_size] for k in range(0, len(trajs), g_size)]
         return gather_in_order(groups, self.dist, n)
+
+    async def sample_partial(
+        self, prompts: list[str], metas: list[dict], settings: RolloutSettings
+    ) -> list[list[Trajectory]]:
+        restart, self.restart = self.restart, []
+        prompts += [prompt_for(self.task_at(m["task"])) for m in restart]
+        finished = await self.pool.step(prompts, settings, self.state.step, metas + restart)
+        self.score(finished)
+        for traj in finished:
+            self.pending.setdefault(traj.meta["task"], []).append(traj)
+        done = sorted(
+            t for t, members in self.pending.items() if len(members) == self.cfg.group_size
+        )
+        return [sorted(self.pending.pop(t), key=lambda x: x.meta["seed"]) for t in done]
 
     def rewards_of(self, trajs: list[Trajectory], max_tokens: int) -> torch.Tensor:
         rewards = torch.tensor([self.reward_fn(t) for t in trajs], dtype=torch.float)
@@ -234,8 +268,12 @@ class RLTrainer:
             use_tools=self.use_tools,
             max_output_chars=self.max_output_chars,
             protocol=self.protocol,
+            segment_tokens=cfg.segment_tokens or None,
+            segment_tool_calls=cfg.segment_tool_calls or None,
         )
         kept, batch_stats = await self.collect(settings)
+        if self.pool is not None:
+            batch_stats.update(self.pool.stats())
         rollout_s = time.perf_counter() - start
         trajs = [t for group in kept for t in group]
         metrics: dict = {"variant": self.variant, "phase": "rl", "step": self.state.step}
@@ -324,6 +362,14 @@ class RLTrainer:
         engine_model.load_state_dict(get_model_state_dict(self.model, options=options))
 
     # ------------------------------------------------------------------ checkpoints
+    def carried_metas(self) -> list[dict]:
+        """Metas (task, seed) of the trajectories carried to the next step, and of those still
+        to restart."""
+        carried = self.pool.carried if self.pool is not None else []
+        keep = ("task", "seed")
+        metas = [{k: c.trajectory.meta[k] for k in keep} for c in carried]
+        return metas + self.restart
+
     def save_checkpoint(self, directory: Path) -> Path:
         """Write `trainer.pt` (model, optimizer, schedule, RNG, state) into `directory`."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -340,6 +386,10 @@ class RLTrainer:
                 "torch_rng": torch.get_rng_state(),
                 "python_rng": random.getstate(),
                 "state": dataclasses.asdict(self.state),
+                # Partial rollouts: finished members of open groups are kept; carried ones
+                # restart from their prompts after a resume (their sessions die with us).
+                "pending": {t: [x.to_dict() for x in xs] for t, xs in self.pending.items()},
+                "restart": self.carried_metas(),
                 "config": dataclasses.asdict(self.cfg),
             }
             tmp = path.with_suffix(".tmp")
@@ -370,4 +420,8 @@ class RLTrainer:
         torch.set_rng_state(payload["torch_rng"])
         random.setstate(payload["python_rng"])
         self.state = TrainerState(**payload["state"])
+        self.pending = {
+            t: [Trajectory.from_dict(x) for x in xs] for t, xs in payload["pending"].items()
+        }
+        self.restart = payload["restart"]
         self.sync_rollout_weights()
