@@ -38,11 +38,12 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
-    from tirl.train.ablate import parse_variants, run_ablation
+    from tirl.train.ablate import PRESET_NOTES, parse_variants, run_ablation
 
     cfg = _load_run_config(args.config, args.overrides)
     variants = parse_variants(args.preset, args.variant or [])
-    out = run_ablation(cfg, variants, args.seeds, Path(args.out))
+    note = PRESET_NOTES.get(args.preset or "", "")
+    out = run_ablation(cfg, variants, args.seeds, Path(args.out), note)
     print(f"\nablation folder: {out}\ntable: {out / 'ablation.md'}  curves: {out / 'report.html'}")
     return 0
 

@@ -372,7 +372,7 @@ _FIGURES = (
     ),
     (
         "rl_entropy_kl",
-        "RL: policy entropy and KL (CIR turns the entropy bonus and the KL term off)",
+        "RL: policy entropy and KL",
         "rl",
         [("actor/entropy", "entropy (model tokens)"), ("actor/approx_kl", "KL to old policy")],
         False,
@@ -414,7 +414,7 @@ def _eval_accuracy_figure(rows: list[dict], path: Path) -> bool:
     ax.set_ylabel("eval accuracy")
     ax.set_title("Eval accuracy by phase")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(frameon=False, fontsize=9, loc="upper center", ncol=len(variants))
+    ax.legend(frameon=False, fontsize=9, loc="upper center", ncol=min(len(variants), 4))
     fig.savefig(path, dpi=110)
     return True
 

@@ -54,6 +54,17 @@ PRESETS: dict[str, dict[str, list[str]]] = {
     },
 }
 
+PRESET_NOTES: dict[str, str] = {
+    "cir": (
+        "`-exact-match` caveat: the SFT model shared by all variants learned from demonstrations"
+        " written in exact-match form, where the interpreter writes the ```output marker. Under"
+        " stop-token boundaries the model must write that marker itself, which it has never"
+        " seen done, so its code does not run: the row measures CIR's missed executions in"
+        " their extreme form (a format the model was not fine-tuned on), not stop-token"
+        " training from stop-token demonstrations."
+    ),
+}
+
 TABLE_METRICS = (  # (eval key, header, format)
     ("eval/accuracy", "accuracy", ".3f"),
     ("eval/avg@k", "avg@k", ".3f"),
@@ -158,7 +169,11 @@ def comparison_table(per_seed: list[dict], variants: dict[str, list[str]]) -> st
 
 
 def run_ablation(
-    base: RunConfig, variants: dict[str, list[str]], seeds: list[int], out_dir: Path
+    base: RunConfig,
+    variants: dict[str, list[str]],
+    seeds: list[int],
+    out_dir: Path,
+    note: str = "",
 ) -> Path:
     """Run every variant on every seed; write the comparison; return the ablation folder."""
     for name, overrides in variants.items():
@@ -171,10 +186,14 @@ def run_ablation(
     (out_dir / "results.json").write_text(json.dumps(per_seed, indent=2))
     table = comparison_table(per_seed, variants)
     seeds_text = ", ".join(map(str, seeds))
-    (out_dir / "ablation.md").write_text(
-        f"# Ablation\n\nSeeds: {seeds_text}. Mean ± sd over seeds; held-out greedy accuracy "
-        f"and avg@k after RL.\n\n{table}\n\nCurves (means over seeds): report.html\n"
-    )
+    parts = [
+        "# Ablation",
+        f"Seeds: {seeds_text}. Mean ± sd over seeds; held-out greedy accuracy and avg@k after RL.",
+        table,
+        note,
+        "Curves (means over seeds): report.html",
+    ]
+    (out_dir / "ablation.md").write_text("\n\n".join(p for p in parts if p) + "\n")
     merged = out_dir / "metrics.jsonl"
     records = _mean_records([out_dir / f"seed{s}" / "metrics.jsonl" for s in seeds])
     merged.write_text("".join(json.dumps(r) + "\n" for r in records))
