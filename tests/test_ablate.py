@@ -41,7 +41,8 @@ def test_ablate_runs_each_variant_from_the_same_sft_model_and_compares_them(tmp_
     results = json.loads((out / "results.json").read_text())
     assert len(results) == 2  # one per seed
     for per_seed in results:
-        assert set(per_seed) == {"sft", *PRESETS["cir"], "lr-up"}
+        # one SFT model per boundary mode: the stop-token variant has its own
+        assert set(per_seed) == {"sft", "sft-stop_token", *PRESETS["cir"], "lr-up"}
         assert all("eval/accuracy" in per_seed[name]["rl"] for name in PRESETS["cir"])
     # Every variant starts RL from the seed's SFT model, and trajectories are seeded by task
     # and sample: variants whose switches only act on the update sample the same first batch.

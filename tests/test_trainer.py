@@ -281,9 +281,7 @@ def test_partial_rollouts_train_groups_once_all_members_finish(env, tokenizer, t
     step 2, its tokens sampled by three policy versions; resuming restarts carried ones."""
     from tirl.rollout.runner import token_policy_versions
 
-    cfg = RLConfig(
-        steps=4, prompts_per_step=1, group_size=2, max_model_tokens=12, segment_tokens=4
-    )
+    cfg = RLConfig(steps=4, prompts_per_step=1, group_size=2, max_model_tokens=12, segment_tokens=4)
     seen: list[Trajectory] = []
 
     def reward(traj: Trajectory) -> float:

@@ -126,3 +126,14 @@ def test_demonstrations_tokenize_each_segment_on_its_own(env, tokenizer):
     (demo,) = code_demonstrations([task], [task.answer], tokenizer)
     for seg, (_, text) in zip(demo.segments, demonstration_texts(task, task.answer)):
         assert tokenizer.decode(seg.ids, skip_special_tokens=True) == text
+
+
+def test_stop_token_demonstrations_have_the_model_write_the_marker(env):
+    from tirl.protocol import get_protocol
+
+    task = env.item("train", 0)
+    exact = demonstration_texts(task, "42")
+    stop = demonstration_texts(task, "42", get_protocol("cir_fences", "stop_token"))
+    assert "".join(t for _, t in exact) == "".join(t for _, t in stop)  # same text
+    assert stop[1][1].endswith("```output") and not exact[1][1].endswith("```output")
+    assert get_protocol("cir_fences", "stop_token").closed_block(stop[1][1]) is not None

@@ -242,7 +242,8 @@ class Quickstart:
         with_code = [pick.random() < cfg.sft.code_share for _ in tasks]
         code_tasks = [t for t, c in zip(tasks, with_code) if c]
         outputs = await demos_lib.run_codes(sandbox, code_tasks, cfg.sandbox.max_output_chars)
-        code_demos = iter(demos_lib.code_demonstrations(code_tasks, outputs, tokenizer))
+        protocol = get_protocol("cir_fences", cfg.rl.boundary)  # the mode RL will run in
+        code_demos = iter(demos_lib.code_demonstrations(code_tasks, outputs, tokenizer, protocol))
         text_demos = iter(
             demos_lib.text_demonstrations([t for t, c in zip(tasks, with_code) if not c], tokenizer)
         )

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from tqdm.auto import tqdm
 
 from tirl.envs.arithmetic import Task
-from tirl.protocol.fences import render_code, render_tool_output
+from tirl.protocol.fences import CIR_FENCES, Protocol
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 from tirl.sandbox import Sandbox, Status, format_result
 
@@ -34,12 +34,16 @@ def code_for(task: Task) -> str:
     return f"print({task.expression})"
 
 
-def demonstration_texts(task: Task, output: str) -> list[tuple[SegmentKind, str]]:
-    """The (kind, text) segments of a code-integrated demonstration."""
+def demonstration_texts(
+    task: Task, output: str, protocol: Protocol = CIR_FENCES
+) -> list[tuple[SegmentKind, str]]:
+    """The (kind, text) segments of a code-integrated demonstration. The text is the same in
+    both boundary modes; in stop-token mode the model's segment also writes the stop marker
+    (CIR Figure 1a), so a policy fine-tuned on it learns to ask for execution."""
     return [
         (SegmentKind.PROMPT, prompt_for(task)),
-        (SegmentKind.MODEL, render_code(code_for(task))),
-        (SegmentKind.TOOL, render_tool_output(output)),
+        (SegmentKind.MODEL, protocol.render_code(code_for(task))),
+        (SegmentKind.TOOL, protocol.render_output(output)),
         (SegmentKind.MODEL, ANSWER_TEMPLATE.format(answer=output)),
     ]
 
@@ -85,12 +89,12 @@ async def run_codes(
 
 
 def code_demonstrations(
-    tasks: Sequence[Task], outputs: Sequence[str], tokenizer
+    tasks: Sequence[Task], outputs: Sequence[str], tokenizer, protocol: Protocol = CIR_FENCES
 ) -> list[Trajectory]:
     demos = []
     for task, output in zip(tasks, outputs):
         traj = to_trajectory(
-            demonstration_texts(task, output), tokenizer, {"question": task.question}
+            demonstration_texts(task, output, protocol), tokenizer, {"question": task.question}
         )
         traj.tool_calls.append(ToolCall(code_for(task), "ok", output))
         demos.append(traj)
