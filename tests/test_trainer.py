@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -205,7 +206,11 @@ def test_resume_continues_exactly_where_the_run_stopped(env, tokenizer, tiny_mod
         torch.testing.assert_close(tiny_model.state_dict()[key], value, atol=1e-6, rtol=0)
 
 
-def _one_step(env, tokenizer, model, cfg, reward_fn):
+def _one_step(env, tokenizer, model, cfg, reward_fn, use_train=False):
+    """`cfg.steps` steps, one by one or through `train()` (then read back from the log)."""
+    log = Path(tempfile.mkdtemp()) / "metrics.jsonl"
+    logger = MetricsLogger(log)
+
     async def main():
         async with Sandbox() as sandbox:
             engine = HFEngine(model, tokenizer.eos_token_id, seed=0)
@@ -217,8 +222,14 @@ def _one_step(env, tokenizer, model, cfg, reward_fn):
                 pad_id=tokenizer.pad_token_id,
                 use_tools=True,
                 reward_fn=reward_fn,
+                logger=logger,
             )
-            metrics = [await trainer.step() for _ in range(cfg.steps)]
+            if use_train:
+                await trainer.train()
+                logger.close()
+                metrics = [json.loads(line) for line in log.read_text().splitlines()]
+            else:
+                metrics = [await trainer.step() for _ in range(cfg.steps)]
             engine.close()
             return trainer, metrics
 
@@ -288,7 +299,7 @@ def test_partial_rollouts_train_groups_once_all_members_finish(env, tokenizer, t
         seen.append(traj)
         return float(sum(traj.ids) % 2)
 
-    trainer, metrics = _one_step(env, tokenizer, tiny_model, cfg, reward)
+    trainer, metrics = _one_step(env, tokenizer, tiny_model, cfg, reward, use_train=True)
     fills = [m["batch/fill"] for m in metrics]
     assert fills[:2] == [0.0, 0.0] and fills[2] == 1.0
     assert metrics[2]["rollout/partial_resumed"] >= 4

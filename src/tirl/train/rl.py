@@ -133,8 +133,10 @@ class RLTrainer:
         self.pool = None  # partial rollouts: unfinished trajectories carried across steps
         if cfg.segment_tokens or cfg.segment_tool_calls:
             if dist is not None:
-                raise ConfigError("rl.segment_tokens / segment_tool_calls (partial rollouts) do"
-                                  " not run under torch.distributed yet")  # fmt: skip
+                raise ConfigError(
+                    "rl.segment_tokens / segment_tool_calls (partial rollouts) do not run"
+                    " under torch.distributed yet"
+                )
             self.pool = PartialRolloutPool(rollout, max_staleness=cfg.max_staleness)
         self.pending: dict[int, list[Trajectory]] = {}  # finished members of unfinished groups
         self.restart: list[dict] = []  # metas of carried trajectories a resume must restart
@@ -152,9 +154,9 @@ class RLTrainer:
         )
         for _ in bar:
             metrics = await self.step()
-            bar.set_postfix(
-                acc=f"{metrics['train/accuracy']:.2f}",
-                calls=f"{metrics.get('tools/calls_mean', 0):.2f}",
+            bar.set_postfix(  # a step may train on nothing (all groups dropped or carried)
+                acc=f"{metrics.get('train/accuracy', float('nan')):.2f}",
+                calls=f"{metrics.get('tools/calls_mean', float('nan')):.2f}",
             )
             every = self.cfg.checkpoint_every
             if checkpoint_dir is not None and every and self.state.step % every == 0:
@@ -243,7 +245,7 @@ class RLTrainer:
                     dropped += 1
                 else:
                     kept.append(group)
-            if not cfg.adaptive_batch or len(kept) == cfg.prompts_per_step:
+            if not cfg.adaptive_batch or len(kept) >= cfg.prompts_per_step:
                 break
             if rounds == cfg.max_refill_rounds:
                 break
