@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import pytest
 from transformers.utils import logging as hf_logging
 
 from tirl.envs.arithmetic import ArithmeticEnv
-from tirl.models.tiny import TinyModelSpec, build_model, train_tokenizer
+from tirl.models.tiny import TinyModelSpec, build_model, save_policy, train_tokenizer
 from tirl.protocol.fences import render_code, render_tool_output
 from tirl.protocol.segments import SegmentKind
 from tirl.synth.arithmetic import demonstration_texts, text_only_texts, to_trajectory
@@ -74,3 +80,31 @@ def scripted_model(tokenizer):
         seed=0,
     )
     return model.eval()
+
+
+@contextmanager
+def tirl_serve(model, tokenizer, folder: Path) -> Iterator[str]:
+    """`tirl serve` of `model` as a real subprocess on loopback; yields its base URL."""
+    save_policy(model, tokenizer, folder)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tirl.cli", "serve", str(folder), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        pytest.fail(f"tirl serve did not start: {line}{proc.stderr.read()}")
+    try:
+        yield line.strip().rsplit(" ", 1)[1]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture()
+def server(scripted_model, tokenizer, tmp_path):
+    """The scripted model behind `tirl serve`."""
+    with tirl_serve(scripted_model, tokenizer, tmp_path / "model") as url:
+        yield url

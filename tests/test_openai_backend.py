@@ -6,37 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import urllib.request
 
 import pytest
 
 from tirl.backends.hf import HFEngine
 from tirl.backends.openai import OpenAIEngine
-from tirl.models.tiny import save_policy
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
 
 PROMPTS = ["A:\n", "D:\n", "Compute 12 * 34."]  # the scripted model writes code for A and D
-
-
-@pytest.fixture()
-def server(scripted_model, tokenizer, tmp_path):
-    save_policy(scripted_model, tokenizer, tmp_path / "model")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tirl.cli", "serve", str(tmp_path / "model"), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        pytest.fail(f"tirl serve did not start: {line}{proc.stderr.read()}")
-    yield line.strip().rsplit(" ", 1)[1]
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def _rollouts(engine, tokenizer, settings):

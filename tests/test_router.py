@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import subprocess
-import sys
 
 import pytest
 
 from tirl.backends.hf import GenOutput, HFEngine
 from tirl.backends.openai import OpenAIEngine
-from tirl.models.tiny import save_policy
 from tirl.rollout.router import NoReplicaError, Router
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
@@ -252,25 +249,6 @@ def test_a_replica_dying_mid_run_loses_no_trajectory(scripted_model, tokenizer):
     stats = router.stats()
     assert stats["dead"] == [True, False] and stats["failovers"] >= 1
     assert stats["failures"][0] >= 1 and stats["load"] == [0, 0]
-
-
-@pytest.fixture()
-def server(scripted_model, tokenizer, tmp_path):
-    """`tirl serve` on loopback (as in test_openai_backend)."""
-    save_policy(scripted_model, tokenizer, tmp_path / "model")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tirl.cli", "serve", str(tmp_path / "model"), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        pytest.fail(f"tirl serve did not start: {line}{proc.stderr.read()}")
-    yield line.strip().rsplit(" ", 1)[1]
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def _closed_loopback_url() -> str:

@@ -9,14 +9,12 @@ request (the server's request counter does not move).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 
 import pytest
+from conftest import tirl_serve
 
 from tirl.config import load_config
-from tirl.models.tiny import save_policy
 from tirl.synth.config import SynthConfig
 from tirl.synth.pipeline import run_pipeline
 from tirl.synth.report import stage_stats, usage_stats
@@ -24,20 +22,8 @@ from tirl.synth.report import stage_stats, usage_stats
 
 @pytest.fixture()
 def served_tiny_model(tiny_model, tokenizer, tmp_path):
-    save_policy(tiny_model, tokenizer, tmp_path / "model")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tirl.cli", "serve", str(tmp_path / "model"), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        pytest.fail(f"tirl serve did not start: {line}{proc.stderr.read()}")
-    yield line.strip().rsplit(" ", 1)[1]
-    proc.terminate()
-    proc.wait(timeout=10)
+    with tirl_serve(tiny_model, tokenizer, tmp_path / "model") as url:
+        yield url
 
 
 def _served_requests(url: str) -> int:
