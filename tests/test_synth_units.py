@@ -84,7 +84,7 @@ def test_bad_records_name_file_and_line_or_are_counted_when_skipped(tmp_path):
 def test_config_errors_are_one_line_and_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match="teacher.url is required"):
         load_config(SynthConfig, None, [])
-    with pytest.raises(ConfigError, match="teacher: concurrency"):
+    with pytest.raises(ConfigError, match="teacher.concurrency must be in \\[1, 10000\\], got 0"):
         load_config(SynthConfig, None, ["teacher.url=http://127.0.0.1:1", "teacher.concurrency=0"])
     with pytest.raises(ConfigError, match="output_format must be one of"):
         load_config(SynthConfig, None, ["output_format=xml"])

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
-import math
+import os
 import sys
 from importlib import resources
 from pathlib import Path
 
-from tirl.config import ConfigError, dump_yaml, load_config, to_dict
+from tirl.cliargs import ArgumentParser, input_path, number, output_dir, output_file
+from tirl.config import ConfigError, describe, dump_yaml, load_config, to_dict
 from tirl.envs.cli import add_envs_parser
 from tirl.synth.cli import add_synth_parser
 
@@ -28,9 +30,9 @@ def _load_run_config(path: str | None, overrides: list[str]):
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
+    cfg = _load_run_config(args.config, args.overrides)  # before torch: errors come at once
     from tirl.quickstart import run_quickstart
 
-    cfg = _load_run_config(args.config, args.overrides)
     run_dir, results = run_quickstart(cfg, resume=args.resume)
     print(f"\nrun folder: {run_dir}\nreport:     {run_dir / 'report.html'}  (and report.md)")
     print(f"wall time:  {results['wall_s']:.0f} s")
@@ -38,9 +40,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
+    cfg = _load_run_config(args.config, args.overrides)
     from tirl.train.ablate import PRESET_NOTES, parse_variants, run_ablation
 
-    cfg = _load_run_config(args.config, args.overrides)
     variants = parse_variants(args.preset, args.variant or [])
     note = PRESET_NOTES.get(args.preset or "", "")
     out = run_ablation(cfg, variants, args.seeds, Path(args.out), note)
@@ -49,6 +51,18 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    if args.keys:
+        from tirl.train.config import RunConfig
+
+        for row in describe(RunConfig):
+            if row.type == "section":
+                print(f"\n{row.key}: {row.doc}")
+                continue
+            bounds = f"  range {row.range}" if row.range else ""
+            print(f"  {row.key} = {json.dumps(row.default)}  ({row.type}){bounds}")
+            if row.doc:
+                print(f"      {row.doc}")
+        return 0
     cfg = _load_run_config(args.config, args.overrides)
     if args.output:
         dump_yaml(cfg, args.output)
@@ -72,11 +86,36 @@ def _policy(args: argparse.Namespace, cfg):
             raise ConfigError("a server URL needs --tokenizer (a folder or hub name) to tokenize")
         from transformers import AutoTokenizer
 
-        return None, AutoTokenizer.from_pretrained(args.tokenizer)
-    if not Path(args.model).exists() and "/" not in args.model:
-        raise ConfigError(f"model {args.model!r} is neither a folder, a hub name nor a URL")
-    model, tokenizer = load_policy(args.model)
+        check_model_source(args.tokenizer, "--tokenizer", need_weights=False)
+        return None, _loading(args.tokenizer, AutoTokenizer.from_pretrained)
+    check_model_source(args.model, "model")
+    model, tokenizer = _loading(args.model, load_policy)
     return model.to(cfg.device).eval(), tokenizer
+
+
+def check_model_source(name: str, what: str, need_weights: bool = True) -> None:
+    """A local model folder must exist and hold a saved model; anything else with at most one
+    '/' is taken for a hub name (loaded, or refused offline, by transformers)."""
+    path = Path(name)
+    local = path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
+    if not path.exists():
+        if local or not name.strip():
+            raise ConfigError(f"{what} {name!r}: no such folder (and not a hub name)")
+        return
+    if not path.is_dir():
+        raise ConfigError(f"{what} {name}: is a file; give the folder a model was saved in")
+    wanted = "config.json" if need_weights else "tokenizer_config.json"
+    if not (path / wanted).is_file():
+        raise ConfigError(f"{what} {name}: the folder holds no saved model (no {wanted})")
+
+
+def _loading(name: str, load):
+    """`load(name)`, with a model that cannot be loaded reported in one line."""
+    try:
+        return load(name)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"cannot load model {name!r}: {first}") from None
 
 
 class _Engine:
@@ -196,10 +235,7 @@ def _eval_benchmarks(args, cfg, model, tokenizer, limits, items) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from tirl.backends.server import serve
 
-    if not Path(args.model).exists() and "/" not in args.model:
-        raise ConfigError(f"model {args.model!r} is neither a folder nor a hub name")
-    if not 0 <= args.port <= 65535 or args.max_batch < 1:
-        raise ConfigError("--port must be in 0..65535 and --max-batch at least 1")
+    check_model_source(args.model, "model")
     serve(args.model, args.host, args.port, args.max_batch)
     return 0
 
@@ -207,43 +243,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_view(args: argparse.Namespace) -> int:
     from tirl.eval.viewer import find_tokenizer, load_trajectories, write_viewer
 
-    path = Path(args.path)
-    if not path.exists():
-        raise ConfigError(f"{path} does not exist (give a run folder or a trajectories .jsonl)")
-    trajs = load_trajectories(path)
+    path = args.path
+    try:
+        trajs = load_trajectories(path)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     if not trajs:
         raise ConfigError(f"{path} holds no trajectories")
     tokenizer = None
     if args.tokenizer:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        check_model_source(args.tokenizer, "--tokenizer", need_weights=False)
+        tokenizer = _loading(args.tokenizer, AutoTokenizer.from_pretrained)
     elif path.is_dir():
         tokenizer = find_tokenizer(path)
-    out = (
-        Path(args.output)
-        if args.output
-        else (path if path.is_dir() else path.parent) / "viewer.html"
-    )
+    out = args.output or (path if path.is_dir() else path.parent) / "viewer.html"
     write_viewer(trajs, out, f"tirl trajectories: {path}", tokenizer=tokenizer)
     print(f"wrote {out} ({len(trajs)} trajectories)")
     return 0
-
-
-def _flag_number(args: argparse.Namespace, name: str, cast: type, allow_zero: bool = False):
-    """Flag --NAME as a positive (or non-negative) `cast`. Flags are parsed here rather than by
-    argparse so that a bad value is a one-line ConfigError naming the flag."""
-    raw = getattr(args, name)
-    flag = "--" + name.replace("_", "-")
-    sign = "a non-negative" if allow_zero else "a positive"
-    expected = f"{sign} {'integer' if cast is int else 'number'}"
-    try:
-        value = cast(raw)
-    except ValueError:
-        raise ConfigError(f"{flag} must be {expected}, got {raw!r}") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(f"{flag} must be {expected}, got {raw!r}")
-    return value
 
 
 def cmd_sandbox_serve(args: argparse.Namespace) -> int:
@@ -253,17 +271,13 @@ def cmd_sandbox_serve(args: argparse.Namespace) -> int:
     from tirl.sandbox.http import serve
     from tirl.sandbox.local import DEFAULT_PRELOAD, Sandbox, SandboxLimits
 
-    port = _flag_number(args, "port", int, allow_zero=True)
-    if port > 65535:
-        raise ConfigError(f"--port must be between 0 and 65535, got {args.port!r}")
     limits = SandboxLimits(
-        timeout_s=_flag_number(args, "timeout_s", float),
-        grace_s=_flag_number(args, "grace_s", float),
-        memory_mb=_flag_number(args, "memory_mb", int),
-        max_output_chars=_flag_number(args, "max_output_chars", int),
+        timeout_s=args.timeout_s,
+        grace_s=args.grace_s,
+        memory_mb=args.memory_mb,
+        max_output_chars=args.max_output_chars,
     )
-    max_timeout_s = _flag_number(args, "max_timeout_s", float)
-    if max_timeout_s < limits.timeout_s:
+    if args.max_timeout_s < limits.timeout_s:
         raise ConfigError(
             f"--max-timeout-s ({args.max_timeout_s}) must be at least --timeout-s ({args.timeout_s})"
         )
@@ -277,10 +291,14 @@ def cmd_sandbox_serve(args: argparse.Namespace) -> int:
             found = False
         if not found:
             raise ConfigError(f"--preload: there is no module named {module!r} to preload")
-    pool_size = _flag_number(args, "pool_size", int, allow_zero=True)
-    idle_ttl_s = _flag_number(args, "idle_ttl_s", float)
     try:
-        serve(Sandbox(limits, preload, pool_size), args.host, port, max_timeout_s, idle_ttl_s)
+        serve(
+            Sandbox(limits, preload, args.pool_size),
+            args.host,
+            args.port,
+            args.max_timeout_s,
+            args.idle_ttl_s,
+        )
     except SandboxError as err:
         print(f"tirl: error: {err}", file=sys.stderr)
         return 1
@@ -288,7 +306,7 @@ def cmd_sandbox_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="tirl",
         description="Train and evaluate language models that reason with a Python interpreter.",
     )
@@ -338,8 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="NAME:key=value[,key=value...] (repeatable), added to the preset's variants",
     )
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default: 0)")
-    p.add_argument("--out", default="runs/ablate", help="output folder (default runs/ablate)")
+    p.add_argument(
+        "--seeds", type=number(int, ">= 0"), nargs="+", default=[0], help="seeds (default: 0)"
+    )
+    p.add_argument(
+        "--out", type=output_dir, default="runs/ablate", help="output folder (default runs/ablate)"
+    )
     p.set_defaults(func=cmd_ablate)
 
     p = sub.add_parser(
@@ -364,12 +386,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--data-dir", help="folder or file with the benchmark data (else $TIRL_BENCHMARK_DIR)"
     )
-    p.add_argument("-k", type=int, default=4, help="samples per item when sampling (default 4)")
-    p.add_argument("--temperature", type=float, default=1.0, help="0 decodes greedily (k = 1)")
-    p.add_argument("--max-tokens", type=int, default=512, help="model tokens per trajectory")
-    p.add_argument("--limit", type=int, help="only the first N items of each benchmark")
+    p.add_argument(
+        "-k",
+        type=number(int, ">= 1"),
+        default=4,
+        help="samples per item when sampling, >= 1 (default 4)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=number(float, "[0, 100]"),
+        default=1.0,
+        help="in [0, 100]; 0 decodes greedily (k = 1)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=number(int, ">= 1"),
+        default=512,
+        help="model tokens per trajectory, >= 1 (default 512)",
+    )
+    p.add_argument(
+        "--limit", type=number(int, ">= 1"), help="only the first N items of each benchmark"
+    )
     p.add_argument(
         "--out",
+        type=output_dir,
         default="runs/eval",
         help="results folder; rerunning resumes from it (default runs/eval)",
     )
@@ -377,7 +417,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("config", help="print (or write) the resolved config")
     add_config_args(p)
-    p.add_argument("-o", "--output", help="write the resolved YAML here instead of printing it")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=output_file,
+        help="write the resolved YAML here instead of printing it",
+    )
+    p.add_argument(
+        "--keys", action="store_true", help="list every key with its default, range and meaning"
+    )
     p.set_defaults(func=cmd_config)
 
     sandbox = sub.add_parser(
@@ -393,29 +441,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument(
-        "--port", default="8765", help="port to bind; 0 picks a free one (default: 8765)"
+        "--port",
+        type=number(int, "[0, 65535]"),
+        default=8765,
+        help="port to bind; 0 picks a free one (default: 8765)",
     )
     p.add_argument(
         "--timeout-s",
-        default="5",
+        type=number(float, "(0, 86400]"),
+        default=5.0,
         help="default wall-clock limit per cell, in seconds (default: 5)",
     )
     p.add_argument(
         "--max-timeout-s",
-        default="60",
+        type=number(float, "(0, 86400]"),
+        default=60.0,
         help="cap on the timeout_s of a request, in seconds (default: 60)",
     )
     p.add_argument(
-        "--grace-s", default="0.5", help="seconds between the interrupt and the kill (default: 0.5)"
+        "--grace-s",
+        type=number(float, "(0, 3600]"),
+        default=0.5,
+        help="seconds between the interrupt and the kill (default: 0.5)",
     )
     p.add_argument(
-        "--memory-mb", default="1024", help="memory limit per session, in MB (default: 1024)"
+        "--memory-mb",
+        type=number(int, "[64, 1048576]"),
+        default=1024,
+        help="memory limit per session, in MB (default: 1024)",
     )
     p.add_argument(
-        "--max-output-chars", default="8192", help="output kept per stream and cell (default: 8192)"
+        "--max-output-chars",
+        type=number(int, "[16, 100000000]"),
+        default=8192,
+        help="output kept per stream and cell (default: 8192)",
     )
     p.add_argument(
-        "--pool-size", default="4", help="sessions forked ahead of requests (default: 4)"
+        "--pool-size",
+        type=number(int, "[0, 4096]"),
+        default=4,
+        help="sessions forked ahead of requests (default: 4)",
     )
     p.add_argument(
         "--preload",
@@ -423,23 +488,43 @@ def build_parser() -> argparse.ArgumentParser:
         " (default: math, numpy, sympy and other math modules)",
     )
     p.add_argument(
-        "--idle-ttl-s", default="600", help="close sessions idle this many seconds (default: 600)"
+        "--idle-ttl-s",
+        type=number(float, "(0, 31536000]"),
+        default=600.0,
+        help="close sessions idle this many seconds (default: 600)",
     )
     p.set_defaults(func=cmd_sandbox_serve, config=None, overrides=[])  # see _split_overrides
 
     p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible completions API")
     p.add_argument("model", help="model folder or hub name")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (default 8000)")
-    p.add_argument("--max-batch", type=int, default=64, help="sequences decoded together")
+    p.add_argument(
+        "--port",
+        type=number(int, "[0, 65535]"),
+        default=8000,
+        help="port; 0 picks a free one (default 8000)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=number(int, "[1, 100000]"),
+        default=64,
+        help="sequences decoded together (default 64)",
+    )
     p.set_defaults(func=cmd_serve, config=None, overrides=[])
 
     p = sub.add_parser(
         "view", help="write an HTML viewer of trajectories (model vs interpreter tokens, loss mask)"
     )
-    p.add_argument("path", help="a run folder, or a .jsonl of trajectories / eval samples")
+    p.add_argument(
+        "path", type=input_path, help="a run folder, or a .jsonl of trajectories / eval samples"
+    )
     p.add_argument("--tokenizer", help="tokenizer folder or hub name, to show token boundaries")
-    p.add_argument("-o", "--output", help="the HTML file (default: viewer.html beside the input)")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=output_file,
+        help="the HTML file (default: viewer.html beside the input)",
+    )
     p.set_defaults(func=cmd_view, config=None, overrides=[])
 
     add_envs_parser(sub)
@@ -449,19 +534,45 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _split_overrides(args: argparse.Namespace) -> None:
     """Let the config path be omitted: `tirl quickstart rl.steps=5` is all overrides."""
-    if args.config and "=" in args.config and not Path(args.config).exists():
+    if args.config and "=" in args.config and not _is_file(args.config):
         args.overrides = [args.config, *args.overrides]
         args.config = None
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    _split_overrides(args)
+def _is_file(text: str) -> bool:
     try:
+        return Path(text).exists()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
+
+
+# Errors of the machine rather than of tirl: one line each (with the file), no traceback.
+_PATH_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR}
+_PATH_ERRORS.add(errno.ENAMETOOLONG)
+_SPACE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def _os_error_line(err: OSError) -> str:
+    where = err.filename if err.filename is not None else ""
+    text = f"{err.strerror or err}" + (f": {str(where)!r}" if where != "" else "")
+    if err.errno in _SPACE_ERRORS:
+        text += " (what was finished is kept; free space, then rerun with --resume)"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        _split_overrides(args)
         return args.func(args)
     except ConfigError as err:
         print(f"tirl: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:
+        if err.errno not in _PATH_ERRORS | _SPACE_ERRORS or os.environ.get("TIRL_DEBUG"):
+            raise
+        print(f"tirl: error: {_os_error_line(err)}", file=sys.stderr)
+        return 2 if err.errno in _PATH_ERRORS else 1
     except KeyboardInterrupt:
         print("tirl: interrupted", file=sys.stderr)
         return 130

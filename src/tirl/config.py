@@ -12,6 +12,13 @@ Annotations understood: bool, int, float, str, `X | None` and other unions (trie
 `dict[str, T]`, nested dataclasses and `Any` (unchecked). An int field also takes an integral
 float (`1e3`). Anything else is a programming error (TypeError), not a user error.
 
+Every value is also checked against what no field can want: a float must be finite (no NaN or
+infinity), an int must fit in 64 bits (it ends up in torch or C), a string must not hold a NUL
+character (it ends up in a path or a C API). Fields declared with `setting(default, range, doc)`
+carry their documented range ("[0, 1)", "> 0", ">= 1": for a list of numbers, each item's) and
+an optional `check` function, both applied on load, and their doc, which `describe` lists (so
+`tirl config --keys` prints every key with its type, default, range and meaning).
+
 Not covered: includes or inheritance between YAML files, environment-variable interpolation,
 Path fields. Schemas must live at module level so `typing.get_type_hints` can resolve them.
 """
@@ -22,6 +29,7 @@ import copy
 import dataclasses
 import difflib
 import enum
+import math
 import re
 import types
 import typing
@@ -32,6 +40,8 @@ from typing import Any, Literal, NoReturn, TypeVar, Union
 import yaml
 
 T = TypeVar("T")
+
+INT64 = (-(2**63), 2**63 - 1)
 
 # PyYAML follows YAML 1.1, where `1e-4` (no dot in the mantissa) is a string, not a float.
 # Strings of this shape are accepted as numbers, because that is what anyone writing them means.
@@ -45,6 +55,56 @@ class ConfigError(ValueError):
     def __init__(self, message: str, key: str | None = None):
         super().__init__(message)
         self.key = key  # the dotted key it is about; lets load_config say which input set it
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """An interval a number must lie in, written as in the docs: "> 0", ">= 1", "<= 1", "[0, 1)",
+    "(0, 1]". `None` bounds are open-ended."""
+
+    text: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> Range:
+        t = text.strip()
+        for op in (">=", "<=", ">", "<"):
+            if t.startswith(op):
+                bound = float(t[len(op) :])
+                if op[0] == ">":
+                    return cls(text, low=bound, low_open=op == ">")
+                return cls(text, high=bound, high_open=op == "<")
+        m = re.fullmatch(r"([\[(])\s*(\S+)\s*,\s*(\S+)\s*([\])])", t)
+        if not m:
+            raise TypeError(f"cannot read range {text!r}; write e.g. '> 0', '>= 1' or '[0, 1)'")
+        return cls(text, float(m[2]), float(m[3]), m[1] == "(", m[4] == ")")
+
+    def __contains__(self, x: float) -> bool:
+        if self.low is not None and (x < self.low or (self.low_open and x == self.low)):
+            return False
+        return not (self.high is not None and (x > self.high or (self.high_open and x == self.high)))
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    range: str | None = None,  # noqa: A002 - the word the docs use
+    doc: str = "",
+    *,
+    factory: Any = dataclasses.MISSING,
+    check: Any = None,
+) -> Any:
+    """A config field with its documented `range` (numbers), `doc` and optional `check(value)`
+    returning an error text or None. `factory` builds a mutable default (lists, sections)."""
+    meta = {"doc": doc, "range": Range.parse(range) if range else None, "check": check}
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
@@ -62,6 +122,43 @@ def from_dict(cls: type[T], data: Mapping, where: str = "") -> T:
     """Build dataclass `cls` from plain data, strictly: unknown keys, wrong types and missing
     required fields are ConfigErrors. `where` is the dotted prefix of `data` in a larger config."""
     return _build(cls, data, where, base=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyDoc:
+    """One config key as `describe` lists it."""
+
+    key: str
+    type: str
+    default: Any
+    range: str
+    doc: str
+
+
+def describe(cls: type, where: str = "") -> list[KeyDoc]:
+    """Every leaf key of schema `cls`, in field order, with its type, default, range and doc."""
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        key = _join(where, f.name)
+        tp = hints[f.name]
+        section = next((a for a in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(a)), None)
+        if section is not None and typing.get_origin(tp) is not list:
+            rows.append(KeyDoc(key, "section", None, "", f.metadata.get("doc", "")))
+            rows += describe(section, key)
+            continue
+        bounds = f.metadata.get("range")
+        default = _default(f)
+        rows.append(
+            KeyDoc(
+                key,
+                _describe(tp),
+                _plain(default) if dataclasses.is_dataclass(default) else default,
+                str(bounds) if bounds else "",
+                f.metadata.get("doc", ""),
+            )
+        )
+    return rows
 
 
 def to_dict(obj: Any) -> dict:
@@ -90,7 +187,9 @@ def apply_overrides(data: Mapping, overrides: Sequence[str]) -> dict:
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError:
-            raise ConfigError(f"override {text!r}: cannot parse {raw!r} as a YAML value") from None
+            raise ConfigError(
+                f"override {_show(text)}: cannot parse {_show(raw)} as a YAML value"
+            ) from None
         *parents, last = key.split(".")
         node = data
         for i, part in enumerate(parents):
@@ -99,7 +198,9 @@ def apply_overrides(data: Mapping, overrides: Sequence[str]) -> dict:
             node = node[part]
             if not isinstance(node, dict):
                 section = ".".join(parents[: i + 1])
-                raise ConfigError(f"override {text!r}: {section} is {_show(node)}, not a section")
+                raise ConfigError(
+                    f"override {_show(text)}: {section} is {_show(node)}, not a section"
+                )
         node[last] = value
     return data
 
@@ -109,16 +210,25 @@ def _split_override(text: str) -> tuple[str, str]:
     key = key.strip()
     if not sep or not key or "" in key.split("."):
         raise ConfigError(
-            f"override {text!r}: expected key=value with a dotted key, e.g. rl.lr=1e-4"
+            f"override {_show(text)}: expected key=value with a dotted key, e.g. rl.lr=1e-4"
         )
     return key, raw
 
 
 def _read_yaml(path: Path) -> dict:
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        raise ConfigError(f"{_shown_path(path)}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{_shown_path(path)}: is a folder, not a config file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); is it a YAML file?") from None
+    except (OSError, ValueError) as e:  # permission, a name too long, a NUL in the path
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ConfigError(f"{_shown_path(path)}: cannot read the config file: {reason}") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -131,6 +241,11 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
+def _shown_path(path: Path) -> str:
+    text = str(path)
+    return _show(text) if len(text) > 300 or "\0" in text else text
+
+
 def _source(key: str | None, path: str | Path | None, overrides: Sequence[str]) -> str | None:
     """Which input an error at `key` came from: the last override that set that key, a section
     containing it, or (for a section's validate()) something inside it; else the file."""
@@ -139,7 +254,7 @@ def _source(key: str | None, path: str | Path | None, overrides: Sequence[str]) 
             okey = _split_override(text)[0]
             inside = key.startswith((okey + ".", okey + "["))
             if key == okey or inside or (key and okey.startswith(key + ".")):
-                return f"override {text!r}"
+                return f"override {_show(text)}"
     return str(path) if path is not None else None
 
 
@@ -161,6 +276,7 @@ def _build(cls: type[T], data: Any, where: str, base: Any) -> T:
         if name in data:
             inner = getattr(base, name) if base is not None else _default(f)
             kwargs[name] = _convert(hints[name], data[name], key, inner)
+            _check_setting(f, kwargs[name], key)
         elif base is not None:
             kwargs[name] = getattr(base, name)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -173,6 +289,25 @@ def _build(cls: type[T], data: Any, where: str, base: Any) -> T:
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}" if where else str(e), where) from None
     return obj
+
+
+def _check_setting(f: dataclasses.Field, value: Any, key: str) -> None:
+    """The field's documented range (each item's, for a list) and its own check."""
+    bounds = f.metadata.get("range")
+    if bounds is not None and value is not None:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        for i, item in enumerate(items):
+            if isinstance(item, (int, float)) and item not in bounds:
+                where = key if items is not value else f"{key}[{i}]"
+                raise ConfigError(f"{where} must be {_range_words(bounds)}, got {_show(item)}", key)
+    check = f.metadata.get("check")
+    if check is not None and value is not None and (problem := check(value)):
+        raise ConfigError(f"{key} {problem}, got {_show(value)}", key)
+
+
+def _range_words(bounds: Range) -> str:
+    text = str(bounds)
+    return f"in {text}" if text[0] in "[(" else text
 
 
 def _convert(tp: Any, value: Any, key: str, base: Any = None) -> Any:
@@ -214,13 +349,24 @@ def _convert(tp: Any, value: Any, key: str, base: Any = None) -> Any:
             number = float(value)
         if isinstance(number, bool) or not isinstance(number, (int, float)):
             _fail(key, value, tp)
+        if not math.isfinite(number):
+            raise ConfigError(f"{key} must be a finite number, got {_show(value)}", key)
+        if tp is int and (isinstance(number, int) or number.is_integer()):
+            number = int(number)
+            if not INT64[0] <= number <= INT64[1]:
+                raise ConfigError(f"{key} must fit in 64 bits, got {_show(value)}", key)
+            return number
         if tp is float:
             return float(number)
-        if isinstance(number, int) or number.is_integer():
-            return int(number)
         _fail(key, value, tp)
-    if tp is str or tp is type(None):
-        return value if isinstance(value, tp) else _fail(key, value, tp)
+    if tp is str:
+        if not isinstance(value, str):
+            _fail(key, value, tp)
+        if "\0" in value:
+            raise ConfigError(f"{key} must not contain a NUL character, got {_show(value)}", key)
+        return value
+    if tp is type(None):
+        return value if value is None else _fail(key, value, tp)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
             _fail(key, value, tp)

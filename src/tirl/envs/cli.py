@@ -11,6 +11,7 @@ import importlib
 import random
 import sys
 
+from tirl.cliargs import number, output_file
 from tirl.config import ConfigError
 
 
@@ -145,21 +146,29 @@ def add_envs_parser(sub) -> None:
     ):
         p = envs_sub.add_parser(name, help=help_)
         p.add_argument("name", help="an environment name, e.g. lists.sort_ascending")
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--seed", type=number(int, ">= 0"), default=0)
         p.add_argument("--level", type=int, default=1, choices=(1, 2, 3))
         if name == "sample":
-            p.add_argument("-n", type=int, default=3, help="how many problems (default 3)")
+            p.add_argument(
+                "-n", type=number(int, "[1, 100000]"), default=3, help="how many (default 3)"
+            )
         p.set_defaults(func=func)
 
     p = envs_sub.add_parser("build", help="write a dataset of composite tasks (JSONL or Parquet)")
-    p.add_argument("--out", required=True, help="output path; .parquet writes Parquet")
-    p.add_argument("-n", type=int, default=1000, help="number of tasks (default 1000)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--split", default="train", help="train or test (default train)")
+    p.add_argument(
+        "--out", type=output_file, required=True, help="output path; .parquet writes Parquet"
+    )
+    p.add_argument(
+        "-n", type=number(int, ">= 1"), default=1000, help="number of tasks (default 1000)"
+    )
+    p.add_argument("--seed", type=number(int, ">= 0"), default=0)
+    p.add_argument(
+        "--split", default="train", choices=("train", "test"), help="train or test (default train)"
+    )
     p.add_argument(
         "--mix", help="operator mixture, e.g. sequential=0.4,parallel=0.2,sort=0.2,select=0.2"
     )
-    p.add_argument("--sizes", default="2-5", help="composition sizes, e.g. 2-5 (default)")
+    p.add_argument("--sizes", default="2-5", help="composition sizes in 1..12, e.g. 2-5 (default)")
     p.add_argument("--level", type=int, default=1, choices=(1, 2, 3), help="input difficulty")
     p.set_defaults(func=cmd_build)
 
@@ -167,5 +176,7 @@ def add_envs_parser(sub) -> None:
     p.add_argument(
         "--module", action="append", help="import this module and check only what it registers"
     )
-    p.add_argument("-n", type=int, default=30, help="inputs per environment (default 30)")
+    p.add_argument(
+        "-n", type=number(int, ">= 1"), default=30, help="inputs per environment (default 30)"
+    )
     p.set_defaults(func=cmd_check)

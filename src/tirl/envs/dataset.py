@@ -38,6 +38,11 @@ class BuildConfig:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         if self.n < 1:
             raise ValueError(f"n must be at least 1, got {self.n}")
+        if not 1 <= self.min_size <= self.max_size <= MAX_SIZE:
+            raise ValueError(
+                f"sizes must satisfy 1 <= min <= max <= {MAX_SIZE},"
+                f" got {self.min_size}-{self.max_size}"
+            )
         unknown = set(self.mixture) - set(OPERATORS)
         if unknown:
             raise ValueError(
@@ -62,15 +67,20 @@ def parse_mixture(text: str) -> dict[str, float]:
     return mixture
 
 
+# RACES studies sizes 2-6; the search's cost grows with the size (about 0.7 s per 20 tasks and
+# step here), and so do the prompts, so longer chains are refused rather than left to crawl.
+MAX_SIZE = 12
+
+
 def parse_sizes(text: str) -> tuple[int, int]:
-    """'2-5' -> (2, 5); '3' -> (3, 3)."""
+    """'2-5' -> (2, 5); '3' -> (3, 3); sizes in 1..MAX_SIZE."""
     lo, _, hi = text.partition("-")
     try:
         sizes = int(lo), int(hi or lo)
     except ValueError:
         raise ValueError(f"sizes must look like 2-5, got {text!r}") from None
-    if not 1 <= sizes[0] <= sizes[1]:
-        raise ValueError(f"sizes must satisfy 1 <= min <= max, got {text!r}")
+    if not 1 <= sizes[0] <= sizes[1] <= MAX_SIZE:
+        raise ValueError(f"sizes must satisfy 1 <= min <= max <= {MAX_SIZE}, got {text!r}")
     return sizes
 
 

@@ -47,16 +47,24 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
     verdict included), a JSON file holding one such dict or a list of them, or
     a folder: every `*.jsonl` in it, by name, or in its `samples/` subfolder when it is a run
     folder. A line that does not parse (the half-written last line of a killed run) is skipped
-    with a warning naming the file and line.
+    with a warning naming the file and line; a file that is not text, or a .json file that does
+    not hold trajectories, is a ValueError naming the file.
     """
     path = Path(path)
     if path.is_dir():
         folder = path / "samples" if (path / "samples").is_dir() else path
         return [t for f in sorted(folder.glob("*.jsonl")) for t in load_trajectories(f)]
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file (not UTF-8)") from None
     if path.suffix == ".json":
-        data = json.loads(text)
-        return [Trajectory.from_dict(d) for d in (data if isinstance(data, list) else [data])]
+        try:
+            data = json.loads(text)
+            items = data if isinstance(data, list) else [data]
+            return [Trajectory.from_dict(d) for d in items]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"{path}: not a trajectory or a list of them ({e})") from None
     trajs = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tirl.cliargs import number, output_dir
 from tirl.config import ConfigError, load_config
 
 
@@ -49,8 +50,6 @@ def cmd_races(args: argparse.Namespace) -> int:
         sizes = parse_sizes(args.sizes)
     except ValueError as e:
         raise ConfigError(f"--sizes: {e}") from None
-    if args.n < 1:
-        raise ConfigError(f"-n must be at least 1, got {args.n}")
     out = run_races(args.out, args.n, args.seed, sizes, args.level, args.split, args.format)
     print((out / "report.md").read_text())
     print(f"wrote {out / 'trajectories.jsonl'}")
@@ -90,20 +89,24 @@ def add_synth_parser(sub) -> None:
         help="YAML config (optional), then dotted overrides, e.g. teacher.url=http://127.0.0.1:8000",
     )
     p.add_argument("--input", required=True, help="JSONL, Parquet, or hf:<owner>/<dataset>")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--out", type=output_dir, required=True, help="output folder")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument(
-        "--max-requests", type=int, help="stop after sending this many requests (a dry run)"
+        "--max-requests",
+        type=number(int, ">= 1"),
+        help="stop after sending this many requests (a dry run)",
     )
     p.set_defaults(func=cmd_run)
 
     p = synth_sub.add_parser(
         "races", help="teacher-free trajectories: RACES composites rendered as code and executed"
     )
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("-n", type=int, default=100, help="composites to try (default 100)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sizes", default="2-4", help="composition sizes, e.g. 2-4 (default)")
+    p.add_argument("--out", type=output_dir, required=True, help="output folder")
+    p.add_argument(
+        "-n", type=number(int, ">= 1"), default=100, help="composites to try (default 100)"
+    )
+    p.add_argument("--seed", type=number(int, ">= 0"), default=0)
+    p.add_argument("--sizes", default="2-4", help="composition sizes in 1..12, e.g. 2-4 (default)")
     p.add_argument("--level", type=int, default=1, choices=(1, 2, 3))
     p.add_argument("--split", default="train", choices=("train", "test"))
     p.add_argument("--format", default="agentmath_tags", choices=("agentmath_tags", "cir_fences"))

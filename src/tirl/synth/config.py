@@ -1,15 +1,16 @@
 """The `tirl synth run` config: which stages run, the teacher and judge endpoints, the limits.
 
-Loaded with `tirl.config.load_config` (YAML + dotted overrides, strict types); `validate` adds
-the cross-field rules, so a bad value fails at startup with one line naming the key.
+Loaded with `tirl.config.load_config` (YAML + dotted overrides, strict types). Each field's range
+and doc are declared with `setting` and checked on load; `validate` adds the cross-field rules,
+so a bad value fails at startup with one line naming the key.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from tirl.config import ConfigError
+from tirl.config import ConfigError, setting
 
 STAGE_NAMES = (
     "decontaminate",
@@ -24,110 +25,119 @@ STAGE_NAMES = (
 )
 
 
+def _url_problem(url: str) -> str | None:
+    if url and not url.startswith(("http://", "https://")):
+        return "must start with http:// or https://"
+    return None
+
+
 @dataclass
 class InputConfig:
     """Field names of the source records, and what to do with a bad one."""
 
-    problem_field: str = "problem"
-    cot_field: str = "solution"
-    answer_field: str = "answer"
-    id_field: str | None = "id"  # None, or absent in a record: the id is a hash of the problem
-    skip_bad_records: bool = False  # False: the first bad record stops the run with its line
-    split: str = "train"  # for hf:<dataset> inputs
+    problem_field: str = setting("problem", doc="record field holding the problem")
+    cot_field: str = setting("solution", doc="record field holding the chain of thought")
+    answer_field: str = setting("answer", doc="record field holding the final answer")
+    id_field: str | None = setting(
+        "id", doc="record field holding the id; null or absent: a hash of the problem"
+    )
+    skip_bad_records: bool = setting(
+        False, doc="count bad records with their reason; false: the first one stops the run"
+    )
+    split: str = setting("train", doc="split of an hf:<dataset> input")
 
 
 @dataclass
 class EndpointConfig:
     """An OpenAI-compatible server (vLLM, SGLang, `tirl serve`, a hosted API)."""
 
-    url: str = ""  # e.g. http://127.0.0.1:8000 (the /v1/... paths are added)
-    model: str | None = None  # None: the first model of GET /v1/models
-    api_key_env: str | None = None  # name of an environment variable holding a bearer token
-    concurrency: int = 8
-    max_retries: int = 5
-    backoff_s: float = 1.0  # first retry waits this long, then doubles
-    timeout_s: float = 300.0
-    temperature: float = 0.0
-    max_tokens: int = 4096
-    price_prompt_per_1k: float = 0.0  # cost accounting, in your currency per 1000 tokens
-    price_completion_per_1k: float = 0.0
-
-    def validate(self) -> None:
-        if self.concurrency < 1 or self.max_retries < 0 or self.max_tokens < 1:
-            raise ConfigError("concurrency and max_tokens must be >= 1, max_retries >= 0")
-        if self.backoff_s < 0 or self.timeout_s <= 0 or self.temperature < 0:
-            raise ConfigError("backoff_s and temperature must be >= 0 and timeout_s > 0")
-        if min(self.price_prompt_per_1k, self.price_completion_per_1k) < 0:
-            raise ConfigError("prices must be >= 0")
-        if self.url and not self.url.startswith(("http://", "https://")):
-            raise ConfigError(f"url must start with http:// or https://, got {self.url!r}")
+    url: str = setting(
+        "",
+        doc="e.g. http://127.0.0.1:8000 (the /v1/... paths are added)",
+        check=_url_problem,
+    )
+    model: str | None = setting(None, doc="model name; null: the first of GET /v1/models")
+    api_key_env: str | None = setting(
+        None, doc="name of an environment variable holding a bearer token"
+    )
+    concurrency: int = setting(8, "[1, 10000]", "requests in flight")
+    max_retries: int = setting(5, "[0, 100]", "retries of a failed request (429, 5xx, network)")
+    backoff_s: float = setting(1.0, "[0, 3600]", "first retry waits this long, then doubles")
+    timeout_s: float = setting(300.0, "(0, 86400]", "per request, in seconds")
+    temperature: float = setting(0.0, "[0, 100]", "sampling temperature")
+    max_tokens: int = setting(4096, ">= 1", "completion tokens per request")
+    price_prompt_per_1k: float = setting(
+        0.0, ">= 0", "cost accounting, in your currency per 1000 prompt tokens"
+    )
+    price_completion_per_1k: float = setting(
+        0.0, ">= 0", "cost accounting, in your currency per 1000 completion tokens"
+    )
 
 
 @dataclass
 class StagesConfig:
-    decontaminate: bool = True
-    codeify: bool = True
-    format: bool = True
-    execute: bool = True
-    self_correct: bool = True
-    replace_outputs: bool = True
-    feedback_alignment: bool = True
-    code_limits: bool = True
-    answer_check: bool = True
+    """Which stages of the AgentMath pipeline run (`tirl.synth.stages`)."""
+
+    decontaminate: bool = setting(True, doc="drop problems that overlap a benchmark")
+    codeify: bool = setting(True, doc="the teacher rewrites the CoT with code blocks")
+    format: bool = setting(True, doc="repair or reject malformed blocks")
+    execute: bool = setting(True, doc="run every block in one session per trajectory")
+    self_correct: bool = setting(True, doc="the teacher diagnoses and fixes a failing block")
+    replace_outputs: bool = setting(True, doc="put the real outputs in place of simulated ones")
+    feedback_alignment: bool = setting(True, doc="a judge checks text against changed outputs")
+    code_limits: bool = setting(True, doc="AST depth and line limits per block")
+    answer_check: bool = setting(True, doc="the final answer must verify against the gold")
 
 
 @dataclass
 class DecontamConfig:
-    n: int = 13  # n-gram length, in normalized words
-    benchmarks: list[str] = field(default_factory=list)  # names (math500, ...) or files
-    benchmark_dir: str | None = None  # where named benchmarks live (else $TIRL_BENCHMARK_DIR)
-
-    def validate(self) -> None:
-        if self.n < 1:
-            raise ConfigError(f"n must be at least 1, got {self.n}")
+    n: int = setting(13, "[1, 1000]", "n-gram length, in normalized words")
+    benchmarks: list[str] = setting(factory=list, doc="benchmark names (math500, ...) or files")
+    benchmark_dir: str | None = setting(
+        None, doc="where named benchmarks live (else $TIRL_BENCHMARK_DIR)"
+    )
 
 
 @dataclass
 class LimitsConfig:
     """Per code block: code past these limits is needless or unreadable (AgentMath §3.1)."""
 
-    max_ast_depth: int = 12
-    max_lines: int = 40
-    min_ast_depth: int = 0  # > 0 also rejects trivial blocks (a bare print of a literal)
-
-    def validate(self) -> None:
-        if self.max_ast_depth < 1 or self.max_lines < 1 or self.min_ast_depth < 0:
-            raise ConfigError("max_ast_depth and max_lines must be >= 1, min_ast_depth >= 0")
+    max_ast_depth: int = setting(12, ">= 1", "deepest AST nesting allowed")
+    max_lines: int = setting(40, ">= 1", "lines allowed")
+    min_ast_depth: int = setting(
+        0, ">= 0", "> 0 also rejects trivial blocks (a bare print of a literal)"
+    )
 
 
 @dataclass
 class SandboxConfig:
-    timeout_s: float = 5.0
-    memory_mb: int = 1024
-    max_output_chars: int = 2000  # what the model sees, through tirl.sandbox.format_result
-    preload: list[str] = field(default_factory=lambda: ["math", "fractions", "sympy", "numpy"])
-
-    def validate(self) -> None:
-        if self.timeout_s <= 0 or self.memory_mb < 64 or self.max_output_chars < 16:
-            raise ConfigError("need timeout_s > 0, memory_mb >= 64, max_output_chars >= 16")
+    timeout_s: float = setting(5.0, "(0, 3600]", "wall clock per code block, in seconds")
+    memory_mb: int = setting(1024, "[64, 1048576]", "address-space limit per session, in MB")
+    max_output_chars: int = setting(
+        2000, "[16, 10000000]", "what the model sees, through tirl.sandbox.format_result"
+    )
+    preload: list[str] = setting(
+        factory=lambda: ["math", "fractions", "sympy", "numpy"],
+        doc="modules imported once and shared by every session",
+    )
 
 
 @dataclass
 class SynthConfig:
-    input: InputConfig = field(default_factory=InputConfig)
-    stages: StagesConfig = field(default_factory=StagesConfig)
-    decontam: DecontamConfig = field(default_factory=DecontamConfig)
-    teacher: EndpointConfig = field(default_factory=EndpointConfig)
-    judge: EndpointConfig | None = None  # None: the teacher judges too
-    limits: LimitsConfig = field(default_factory=LimitsConfig)
-    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
-    output_format: Literal["agentmath_tags", "cir_fences"] = "agentmath_tags"
-    concurrency: int = 16  # trajectories in flight per stage
+    input: InputConfig = setting(factory=InputConfig, doc="the source records")
+    stages: StagesConfig = setting(factory=StagesConfig, doc="which stages run")
+    decontam: DecontamConfig = setting(factory=DecontamConfig, doc="decontamination")
+    teacher: EndpointConfig = setting(factory=EndpointConfig, doc="the teacher model's server")
+    judge: EndpointConfig | None = setting(None, doc="the judge's server; null: the teacher")
+    limits: LimitsConfig = setting(factory=LimitsConfig, doc="code limits per block")
+    sandbox: SandboxConfig = setting(factory=SandboxConfig, doc="the Python sandbox")
+    output_format: Literal["agentmath_tags", "cir_fences"] = setting(
+        "agentmath_tags", doc="the protocol the trajectories are written in"
+    )
+    concurrency: int = setting(16, "[1, 100000]", "trajectories in flight per stage")
 
     def validate(self) -> None:
         s = self.stages
-        if self.concurrency < 1:
-            raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
         needs_exec = [
             n for n in ("self_correct", "replace_outputs", "feedback_alignment") if getattr(s, n)
         ]

@@ -1,34 +1,76 @@
-"""The run configuration: every switch of the quickstart, SFT and RL, with its meaning.
+"""The run configuration: every switch of the quickstart, SFT and RL, with its meaning and range.
 
-Loaded from YAML with dotted overrides by `tirl.config.load_config`; field docs here are the
-reference documentation. Defaults are the quickstart's (`configs/quickstart.yaml`).
+Loaded from YAML with dotted overrides by `tirl.config.load_config`. Each field is declared with
+`setting(default, range, doc)`: the doc and range here are the reference documentation
+(`tirl config --keys` prints them), and both are checked when the config is loaded, before
+anything is imported or written. Defaults are the quickstart's (`configs/quickstart.yaml`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import importlib.util
+import re
+from dataclasses import dataclass
 from typing import Literal
 
-from tirl.config import ConfigError
+from tirl.config import ConfigError, setting
+
+# Devices torch names; whether one is present is checked when the run starts.
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps|xpu(:\d+)?")
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+MAX_NAME_BYTES = 255  # a file name on every common file system
+
+
+def run_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a run folder inside out_dir, or None. A run folder is created,
+    locked and (on a fresh run) cleared, so its name must stay one level inside out_dir."""
+    if not name.strip():
+        return "must not be empty"
+    if name in (".", "..") or "/" in name or "\\" in name:
+        return "must be a plain folder name (no '/', '\\', '.' or '..')"
+    if len(name.encode()) > MAX_NAME_BYTES:
+        return f"must be at most {MAX_NAME_BYTES} bytes"
+    return None
+
+
+def _path_problem(path: str) -> str | None:
+    if not path.strip():
+        return "must not be empty"
+    return "must be at most 4096 bytes" if len(path.encode()) > 4096 else None
+
+
+def _device_problem(device: str) -> str | None:
+    if _DEVICE.fullmatch(device):
+        return None
+    return "must be a torch device: cpu, cuda, cuda:N, mps or xpu"
+
+
+def _modules_problem(modules: list[str]) -> str | None:
+    for name in modules:
+        if not _MODULE.fullmatch(name):
+            return f"must list module names; {name!r} is not one"
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"must list installed modules; there is no module {name!r}"
+    return None
 
 
 @dataclass
 class TaskConfig:
     """The arithmetic task family (`tirl.envs.arithmetic`)."""
 
-    kinds: list[Literal["product", "mod", "chain"]] = field(
-        default_factory=lambda: ["product", "mod", "chain"]
+    kinds: list[Literal["product", "mod", "chain"]] = setting(
+        factory=lambda: ["product", "mod", "chain"], doc="problem kinds mixed in the task stream"
     )
-    digits: int = 3  # digits of each operand
-    test_items: int = 200  # held-out items evaluated
+    digits: int = setting(3, "[1, 9]", "digits of each operand")
+    test_items: int = setting(200, ">= 1", "held-out items evaluated")
 
     def validate(self) -> None:
         if not self.kinds:
             raise ConfigError("task.kinds must name at least one kind")
-        if not 1 <= self.digits <= 9:
-            raise ConfigError(f"task.digits must be in 1..9, got {self.digits}")
-        if self.test_items < 1:
-            raise ConfigError(f"task.test_items must be >= 1, got {self.test_items}")
 
 
 @dataclass
@@ -36,51 +78,67 @@ class ModelConfig:
     """The policy. With `name_or_path` unset, a tiny model and tokenizer are made from scratch;
     otherwise both are loaded with `from_pretrained` (a local folder or a hub name)."""
 
-    name_or_path: str | None = None
-    arch: Literal["qwen2", "gpt2"] = "qwen2"
-    hidden_size: int = 128
-    layers: int = 4
-    heads: int = 4
-    max_positions: int = 192
-    vocab_size: int = 384  # BPE vocabulary trained on the task corpus
-    tokenizer_corpus_items: int = 2000  # train items whose texts train the tokenizer
+    name_or_path: str | None = setting(
+        None, doc="a model folder or hub name; null makes a tiny model", check=_path_problem
+    )
+    arch: Literal["qwen2", "gpt2"] = setting("qwen2", doc="architecture of the tiny model")
+    hidden_size: int = setting(128, "[2, 65536]", "width of the tiny model")
+    layers: int = setting(4, "[1, 1024]", "transformer blocks")
+    heads: int = setting(4, "[1, 1024]", "attention heads; must divide hidden_size")
+    max_positions: int = setting(
+        192, "[16, 1048576]", "context length: prompt, model and interpreter tokens together"
+    )
+    vocab_size: int = setting(
+        384, "[258, 1000000]", "BPE vocabulary trained on the task corpus (256 bytes + 2 special)"
+    )
+    tokenizer_corpus_items: int = setting(
+        2000, ">= 1", "train items whose texts train the tokenizer"
+    )
 
     def validate(self) -> None:
         if self.hidden_size % self.heads:
             raise ConfigError(
                 f"model.hidden_size ({self.hidden_size}) must be divisible by model.heads ({self.heads})"
             )
+        if self.arch == "qwen2" and (self.hidden_size // self.heads) % 2:
+            raise ConfigError(
+                f"model.hidden_size / model.heads ({self.hidden_size // self.heads}) must be even"
+                " for qwen2's rotary embeddings"
+            )
 
 
 @dataclass
 class SandboxConfig:
-    timeout_s: float = 5.0  # wall clock per code block
-    memory_mb: int = 1024  # address-space limit per session
-    max_output_chars: int = 128  # of interpreter output shown to the model (head + tail)
-    preload: list[str] = field(default_factory=lambda: ["math", "fractions", "itertools"])
+    timeout_s: float = setting(5.0, "(0, 3600]", "wall clock per code block, in seconds")
+    memory_mb: int = setting(1024, "[64, 1048576]", "address-space limit per session, in MB")
+    max_output_chars: int = setting(
+        128, "[16, 10000000]", "interpreter output shown to the model (head + tail)"
+    )
+    preload: list[str] = setting(
+        factory=lambda: ["math", "fractions", "itertools"],
+        doc="modules imported once in the sandbox's parent and shared by every session",
+        check=_modules_problem,
+    )
 
 
 @dataclass
 class SFTConfig:
     """Supervised fine-tuning on synthesized trajectories. Tool tokens carry loss mask 0."""
 
-    steps: int = 800
-    batch_size: int = 64
-    lr: float = 1e-3
-    warmup_steps: int = 10
-    weight_decay: float = 0.0
-    examples: int = 4000  # synthesized trajectories (the interpreter runs each one's code)
-    # Share of the code variant's demonstrations that use the interpreter; the rest answer
-    # in text. Below 1 the SFT model only sometimes reaches for the tool, and RL has to learn
-    # that the tool pays (CIR's setting: RL learns when and how to call the interpreter).
-    code_share: float = 0.5
-    mask_tool_output: bool = True  # CIR §2.3.2: never fit interpreter tokens
-
-    def validate(self) -> None:
-        if self.steps < 0 or self.batch_size < 1 or self.examples < 1:
-            raise ConfigError("sft.steps must be >= 0, sft.batch_size and sft.examples >= 1")
-        if not 0 <= self.code_share <= 1:
-            raise ConfigError(f"sft.code_share must be in [0, 1], got {self.code_share}")
+    steps: int = setting(800, ">= 0", "optimizer steps; 0 skips SFT")
+    batch_size: int = setting(64, ">= 1", "trajectories per step")
+    lr: float = setting(1e-3, "(0, 1]", "peak learning rate (AdamW)")
+    warmup_steps: int = setting(10, ">= 0", "linear warm-up of the learning rate, in steps")
+    weight_decay: float = setting(0.0, "[0, 1]", "AdamW weight decay")
+    examples: int = setting(
+        4000, ">= 1", "synthesized trajectories (the interpreter runs each one's code)"
+    )
+    # Below 1 the SFT model only sometimes reaches for the tool, and RL has to learn that the
+    # tool pays (CIR's setting: RL learns when and how to call the interpreter).
+    code_share: float = setting(
+        0.5, "[0, 1]", "share of the code variant's demonstrations that use the interpreter"
+    )
+    mask_tool_output: bool = setting(True, doc="CIR §2.3.2: never fit interpreter tokens")
 
 
 @dataclass
@@ -90,14 +148,8 @@ class RLStage:
     tool-call limits while the stage lasts. With partial rollouts on, a trajectory spans up to
     max_model_tokens / rl.segment_tokens segments, so the segment count grows with the stage."""
 
-    max_model_tokens: int
-    tool_budget: int
-
-    def validate(self) -> None:
-        if self.max_model_tokens < 1 or self.tool_budget < 0:
-            raise ConfigError(
-                f"rl.stages entries need max_model_tokens >= 1 and tool_budget >= 0, got {self}"
-            )
+    max_model_tokens: int = setting(range=">= 1", doc="model tokens per trajectory in this stage")
+    tool_budget: int = setting(range=">= 0", doc="tool calls per trajectory in this stage")
 
 
 @dataclass
@@ -115,99 +167,96 @@ class RLConfig:
     (move to the next stage whenever the truncation rate exceeds 10%).
     """
 
-    steps: int = 45
-    prompts_per_step: int = 8
-    group_size: int = 8  # samples per prompt; GRPO normalizes within the group
-    lr: float = 1e-4
-    # Linear warm-up of the learning rate. A fresh Adam's first updates are close to
-    # lr * sign(gradient) on every weight, which wrecks a fine-tuned policy at full lr.
-    warmup_steps: int = 5
-    temperature: float = 1.0
-    max_model_tokens: int = 64  # model tokens per trajectory (tool tokens not counted)
-    boundary: Literal["exact_match", "stop_token"] = "exact_match"  # CIR Figure 1
-    advantage: Literal["grpo", "drgrpo", "reinforce++", "reinforce++-baseline", "rloo"] = "grpo"
-    gamma: float = 1.0  # discount of the REINFORCE++ return, over model tokens only
-    reward: Literal["binary", "zero_one", "composite"] = "binary"  # binary = CIR's +1 / -1
-    # AgentMath's composite reward (tirl.rewards.reward.CompositeReward), used when
-    # reward is "composite": R = R_acc + 1[R_acc = 1] * min(max, alpha + beta * N_code).
-    composite_alpha: float = 0.0
-    composite_beta: float = 0.05
-    composite_max: float = 0.2
-    # DAPO's soft overlong penalty, counted in model tokens; 0 turns it off.
-    overlong_buffer: int = 0
-    overlong_penalty: float = 1.0
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    clip_ratio_c: float | None = None  # dual clip for negative advantages (> 1); None = off
+    steps: int = setting(45, ">= 0", "RL steps (rollout batch + updates); 0 skips RL")
+    prompts_per_step: int = setting(8, ">= 1", "groups (prompts) per step")
+    group_size: int = setting(
+        8, ">= 2", "samples per prompt; group-relative advantages need at least 2"
+    )
+    lr: float = setting(1e-4, "(0, 1]", "peak learning rate (AdamW)")
+    # A fresh Adam's first updates are close to lr * sign(gradient) on every weight, which
+    # wrecks a fine-tuned policy at full lr.
+    warmup_steps: int = setting(5, ">= 0", "linear warm-up of the learning rate, in RL steps")
+    temperature: float = setting(1.0, "(0, 100]", "sampling temperature (on-policy: > 0)")
+    max_model_tokens: int = setting(
+        64, ">= 1", "model tokens per trajectory (tool tokens not counted)"
+    )
+    boundary: Literal["exact_match", "stop_token"] = setting(
+        "exact_match", doc="how a code block's end is detected (CIR Figure 1)"
+    )
+    advantage: Literal["grpo", "drgrpo", "reinforce++", "reinforce++-baseline", "rloo"] = setting(
+        "grpo", doc="advantage estimator (tirl.algos.advantages)"
+    )
+    gamma: float = setting(1.0, "(0, 1]", "discount of the REINFORCE++ return, over model tokens")
+    reward: Literal["binary", "zero_one", "composite"] = setting(
+        "binary", doc="binary = CIR's +1 / -1; composite = AgentMath's"
+    )
+    # AgentMath's composite reward (tirl.rewards.reward.CompositeReward), used when reward is
+    # "composite": R = R_acc + 1[R_acc = 1] * min(max, alpha + beta * N_code).
+    composite_alpha: float = setting(0.0, "[0, 100]", "composite reward: alpha")
+    composite_beta: float = setting(0.05, "[0, 100]", "composite reward: beta per code call")
+    composite_max: float = setting(0.2, "[0, 100]", "composite reward: cap of the tool bonus")
+    overlong_buffer: int = setting(
+        0, ">= 0", "DAPO's soft overlong penalty zone, in model tokens; 0 turns it off"
+    )
+    overlong_penalty: float = setting(1.0, "[0, 100]", "penalty at the hard limit")
+    clip_low: float = setting(0.2, "[0, 1)", "PPO clip below 1 (ratio >= 1 - clip_low)")
+    clip_high: float = setting(0.28, "[0, 100]", "PPO clip above 1; > clip_low is clip-higher")
+    clip_ratio_c: float | None = setting(
+        None, "(1, 1000]", "dual clip for negative advantages; null turns it off"
+    )
     loss_agg: Literal[
         "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
-    ] = "token-mean"
-    kl_coef: float = 0.0
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    entropy_coef: float = 0.0
-    mask_tool_output: bool = True
-    updates_per_step: int = 2  # optimizer steps per rollout batch (minibatches)
-    micro_batch_size: int = 0  # sequences per forward pass (gradient accumulation); 0 = all
-    max_grad_norm: float = 1.0
-    bf16: bool = False  # autocast the update to bfloat16 (GPU only)
-    # [fraction of training done, budget] pairs: the budget of the last pair reached applies.
-    budget_schedule: list[list[float]] = field(
-        default_factory=lambda: [[0.0, 2], [0.34, 3], [0.67, 4]]
+    ] = setting("token-mean", doc="how token losses are averaged (tirl.algos.losses)")
+    kl_coef: float = setting(0.0, "[0, 100]", "KL penalty to the initial policy; 0 = off (CIR)")
+    kl_estimator: Literal["k1", "k2", "k3"] = setting("k3", doc="KL estimator")
+    entropy_coef: float = setting(0.0, "[0, 100]", "entropy bonus; 0 = off (CIR)")
+    mask_tool_output: bool = setting(True, doc="interpreter tokens out of the loss (CIR)")
+    updates_per_step: int = setting(2, ">= 1", "optimizer steps per rollout batch (minibatches)")
+    micro_batch_size: int = setting(
+        0, ">= 0", "sequences per forward pass (gradient accumulation); 0 = all"
+    )
+    max_grad_norm: float = setting(1.0, "> 0", "gradient-norm clip")
+    bf16: bool = setting(False, doc="autocast the update to bfloat16 (GPU only)")
+    budget_schedule: list[list[float]] = setting(
+        factory=lambda: [[0.0, 2], [0.34, 3], [0.67, 4]],
+        doc="[fraction of training done, tool budget] pairs; the last pair reached applies",
     )
     # Partial rollouts (AgentMath §3): a trajectory samples at most `segment_tokens` model
-    # tokens / `segment_tool_calls` calls per step and goes on in the next step, under the
-    # new weights; 0 turns a budget off, both 0 turns partial rollouts off. Groups are trained
-    # on once all their members have finished. `max_staleness`: a trajectory whose oldest
-    # token is more than this many steps old restarts from its prompt.
-    segment_tokens: int = 0
-    segment_tool_calls: int = 0
-    max_staleness: int | None = None
-    adaptive_batch: bool = False
-    max_refill_rounds: int = 3  # extra sampling rounds to refill dropped groups, per step
-    # AgentMath's expansion; when set, the stages' limits replace max_model_tokens and
-    # budget_schedule.
-    stages: list[RLStage] = field(default_factory=list)
-    expansion_threshold: float = 0.1
-    checkpoint_every: int = 0  # steps between resumable checkpoints; 0 = only at the end
+    # tokens / `segment_tool_calls` calls per step and goes on in the next step, under the new
+    # weights. Groups are trained on once all their members have finished.
+    segment_tokens: int = setting(
+        0, ">= 0", "partial rollouts: model tokens per step and trajectory; 0 = off"
+    )
+    segment_tool_calls: int = setting(
+        0, ">= 0", "partial rollouts: tool calls per step and trajectory; 0 = off"
+    )
+    max_staleness: int | None = setting(
+        None,
+        ">= 0",
+        "partial rollouts: a trajectory older than this many steps restarts; null = no bound",
+    )
+    adaptive_batch: bool = setting(
+        False, doc="drop groups whose rewards are all equal and refill (AgentMath §3.2)"
+    )
+    max_refill_rounds: int = setting(
+        3, ">= 0", "adaptive batches: extra sampling rounds per step to refill dropped groups"
+    )
+    stages: list[RLStage] = setting(
+        factory=list,
+        doc="AgentMath's expansion stages; when set they replace max_model_tokens and"
+        " budget_schedule",
+    )
+    expansion_threshold: float = setting(
+        0.1, "[0, 1]", "move to the next stage when the truncation rate exceeds this"
+    )
+    checkpoint_every: int = setting(
+        0, ">= 0", "steps between resumable checkpoints; 0 = only at the end"
+    )
 
     def validate(self) -> None:
-        if self.steps < 0 or self.prompts_per_step < 1 or self.updates_per_step < 1:
-            raise ConfigError(
-                "rl.steps must be >= 0, rl.prompts_per_step and rl.updates_per_step >= 1"
-            )
-        if self.composite_beta < 0:
-            raise ConfigError(f"rl.composite_beta must be >= 0, got {self.composite_beta}")
-        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
-            raise ConfigError(
-                f"rl.clip_low must be in [0, 1) and rl.clip_high >= 0, got {self.clip_low}, {self.clip_high}"
-            )
-        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1:
-            raise ConfigError(f"rl.clip_ratio_c must be > 1 (or null), got {self.clip_ratio_c}")
-        if not 0 < self.gamma <= 1:
-            raise ConfigError(f"rl.gamma must be in (0, 1], got {self.gamma}")
-        if self.group_size < 2:
-            raise ConfigError(
-                f"rl.group_size must be >= 2 for group-relative advantages, got {self.group_size}"
-            )
-        if self.temperature <= 0:
-            raise ConfigError(
-                f"rl.temperature must be > 0 for on-policy sampling, got {self.temperature}"
-            )
-        if self.overlong_buffer < 0 or self.overlong_buffer >= self.max_model_tokens:
+        if self.overlong_buffer >= self.max_model_tokens:
             raise ConfigError(
                 f"rl.overlong_buffer must be in [0, rl.max_model_tokens), got {self.overlong_buffer}"
-            )
-        if self.segment_tokens < 0 or self.segment_tool_calls < 0:
-            raise ConfigError("rl.segment_tokens and rl.segment_tool_calls must be >= 0 (0 = off)")
-        if self.max_staleness is not None and self.max_staleness < 0:
-            raise ConfigError(f"rl.max_staleness must be >= 0 or null, got {self.max_staleness}")
-        if self.micro_batch_size < 0 or self.max_refill_rounds < 0 or self.checkpoint_every < 0:
-            raise ConfigError(
-                "rl.micro_batch_size, rl.max_refill_rounds and rl.checkpoint_every must be >= 0"
-            )
-        if not 0 <= self.expansion_threshold <= 1:
-            raise ConfigError(
-                f"rl.expansion_threshold must be in [0, 1], got {self.expansion_threshold}"
             )
         if not self.budget_schedule:
             raise ConfigError("rl.budget_schedule needs at least one [fraction, budget] pair")
@@ -228,35 +277,48 @@ class EvalConfig:
     """Held-out evaluation: a greedy pass ("eval/accuracy") and, when `samples_per_item` > 0,
     avg@k at `temperature` ("eval/avg@k", as CIR's avg@16 at temperature 1.0)."""
 
-    samples_per_item: int = 4  # k of avg@k; 0 turns the sampled pass off
-    temperature: float = 1.0
-    max_model_tokens: int = 64
-    tool_budget: int = 4
-    saved_samples: int = 8  # trajectories kept per evaluation for the report
+    samples_per_item: int = setting(4, ">= 0", "k of avg@k; 0 turns the sampled pass off")
+    temperature: float = setting(1.0, "(0, 100]", "temperature of the sampled pass")
+    max_model_tokens: int = setting(64, ">= 1", "model tokens per trajectory")
+    tool_budget: int = setting(4, ">= 0", "tool calls per trajectory")
+    saved_samples: int = setting(8, ">= 0", "trajectories kept per evaluation for the report")
 
 
 @dataclass
 class RunConfig:
     """A quickstart run: code-integrated and text-only variants, SFT -> RL -> evaluation."""
 
-    name: str = "quickstart"
-    out_dir: str = "runs"
-    seed: int = 0
-    variants: list[Literal["code", "text"]] = field(default_factory=lambda: ["code", "text"])
-    device: str = "cpu"
-    threads: int = 0  # torch intra-op threads; 0 leaves torch's default
-    rollout_batch: int = 128  # sequences decoded together
-    task: TaskConfig = field(default_factory=TaskConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    rl: RLConfig = field(default_factory=RLConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    log_tensorboard: bool = False
-    log_wandb: bool = False
+    name: str = setting(
+        "quickstart", doc="run folder name, inside out_dir (a plain name)", check=run_name_problem
+    )
+    out_dir: str = setting("runs", doc="folder that holds run folders", check=_path_problem)
+    seed: int = setting(0, ">= 0", "seeds the model, the tasks and every sampled trajectory")
+    variants: list[Literal["code", "text"]] = setting(
+        factory=lambda: ["code", "text"], doc="code-integrated and/or text-only runs"
+    )
+    device: str = setting("cpu", doc="torch device: cpu, cuda, cuda:N, mps", check=_device_problem)
+    threads: int = setting(0, "[0, 4096]", "torch intra-op threads; 0 leaves torch's default")
+    rollout_batch: int = setting(128, ">= 1", "sequences decoded together")
+    task: TaskConfig = setting(factory=TaskConfig, doc="the task family")
+    model: ModelConfig = setting(factory=ModelConfig, doc="the policy")
+    sandbox: SandboxConfig = setting(factory=SandboxConfig, doc="the Python sandbox")
+    sft: SFTConfig = setting(factory=SFTConfig, doc="supervised fine-tuning")
+    rl: RLConfig = setting(factory=RLConfig, doc="reinforcement learning")
+    eval: EvalConfig = setting(factory=EvalConfig, doc="held-out evaluation")
+    log_tensorboard: bool = setting(False, doc="also log to TensorBoard (the tensorboard extra)")
+    log_wandb: bool = setting(False, doc="also log to Weights & Biases (the wandb extra)")
 
     def validate(self) -> None:
         if not self.variants:
             raise ConfigError("variants must name at least one of 'code', 'text'")
+        if len(set(self.variants)) != len(self.variants):
+            raise ConfigError(f"variants must not repeat a variant, got {self.variants}")
         if self.rl.bf16 and not self.device.startswith("cuda"):
             raise ConfigError(f"rl.bf16 needs a GPU (device: cuda), got device {self.device!r}")
+        longest = max(self.rl.max_model_tokens, self.eval.max_model_tokens)
+        longest = max([longest, *(s.max_model_tokens for s in self.rl.stages)])
+        if self.model.name_or_path is None and self.model.max_positions <= longest:
+            raise ConfigError(
+                f"model.max_positions ({self.model.max_positions}) must exceed the longest"
+                f" model-token limit ({longest}): the prompt and tool output need room too"
+            )
