@@ -413,3 +413,15 @@ def test_an_offline_hub_name_is_one_line(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "cannot load model" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_device_this_machine_lacks_is_one_line(workdir, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU, so device=cuda is valid here")
+    before = _tree(workdir)
+    code, out, err = _run(["train", "rl.bf16=true"], capsys)
+    _assert_refused(code, out, err, "rl.bf16", workdir, before)
+    code, out, err = _run(["train", "device=cuda"], capsys)
+    _assert_refused(code, out, err, "device 'cuda' is not available", workdir, before)

@@ -11,7 +11,14 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from tirl.cliargs import ArgumentParser, input_path, number, output_dir, output_file
+from tirl.cliargs import (
+    ArgumentParser,
+    input_path,
+    number,
+    output_dir,
+    output_file,
+    require_device,
+)
 from tirl.config import ConfigError, describe, dump_yaml, load_config, to_dict
 from tirl.envs.cli import add_envs_parser
 from tirl.synth.cli import add_synth_parser
@@ -31,6 +38,9 @@ def _load_run_config(path: str | None, overrides: list[str]):
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
     cfg = _load_run_config(args.config, args.overrides)  # before torch: errors come at once
+    if cfg.model.name_or_path:
+        check_model_source(cfg.model.name_or_path, "model.name_or_path")
+    require_device(cfg.device)
     from tirl.quickstart import run_quickstart
 
     run_dir, results = run_quickstart(cfg, resume=args.resume)
@@ -41,6 +51,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 def cmd_ablate(args: argparse.Namespace) -> int:
     cfg = _load_run_config(args.config, args.overrides)
+    require_device(cfg.device)
     from tirl.train.ablate import PRESET_NOTES, parse_variants, run_ablation
 
     variants = parse_variants(args.preset, args.variant or [])

@@ -118,3 +118,19 @@ def input_path(text: str) -> Path:
     except OSError as e:
         raise argparse.ArgumentTypeError(f"{text!r}: {e.strerror}") from None
     raise argparse.ArgumentTypeError(f"{path} does not exist")
+
+
+def require_device(device: str) -> None:
+    """The configured torch device must exist on this machine (its name was checked on load;
+    this imports torch, so it runs after every other config check)."""
+    import torch
+
+    kind, _, index = device.partition(":")
+    present = {
+        "cpu": lambda: True,
+        "cuda": lambda: torch.cuda.is_available() and int(index or 0) < torch.cuda.device_count(),
+        "mps": lambda: torch.backends.mps.is_available(),
+        "xpu": lambda: hasattr(torch, "xpu") and torch.xpu.is_available(),
+    }[kind]()
+    if not present:
+        raise ConfigError(f"device {device!r} is not available on this machine (try device=cpu)")
