@@ -117,6 +117,26 @@ def test_reasons_say_why_not(verifier):
     assert reasons[8] == "equivalent"
 
 
+def test_identical_answers_are_equal_even_where_sympy_reads_complex_infinity(verifier):
+    # `12:00`, `5:00` and `\frac{1}{0}` parse to zoo, which math-verify does not equate to itself.
+    same = ["12:00", "5:00", "\\frac{1}{0}", "\\text{(C)}", "(10^{7})!"]
+    same += [c["gold"] for c in CASES]  # every labelled gold against itself
+    verdicts = verifier.verify_batch([(s, s) for s in same])
+    assert [s for s, v in zip(same, verdicts) if not v.correct] == []
+    respaced = [("12:00", "$12:00$"), ("\\frac{1}{0}", "\\frac {1}{0}"), ("5:00", " 5:00 ")]
+    assert all(v.correct for v in verifier.verify_batch(respaced))
+    different = [("12:00", "12:30"), ("5:00", "6:00"), ("\\text{New York}", "\\text{NewYork}")]
+    assert not any(v.correct for v in verifier.verify_batch(different))
+
+
+def test_a_whole_solution_is_judged_by_its_one_box(verifier):
+    text = "For the second line, the angle is $\\boxed{{{}}}$. " + "We check it again. " * 60
+    pairs = [("90^\\circ", text.format("90^\\circ")), ("90^\\circ", text.format("45^\\circ"))]
+    assert [v.correct for v in verifier.verify_batch(pairs)] == [True, False]
+    # several boxes are left to math-verify, which reads them as one set of answers
+    assert verifier.verify("1,2", "\\boxed{1}, \\boxed{2}").correct
+
+
 def test_verify_batch_keeps_order_and_runs_duplicates_once(verifier):
     pairs = [("1", "1"), ("2", "3"), ("1", "1"), ("4", None), ("\\frac12", "0.5")] * 20
     verdicts = verifier.verify_batch(pairs)

@@ -18,7 +18,10 @@ that is not offered, or a value of the wrong form scores 0 for what it covers, a
 comes with the reason.
 
 A `Task` is plain data (rendered values and environment names), so it round-trips through JSONL;
-scoring looks the environments up in a registry and parses the rendered values back.
+scoring looks the environments up in a registry and parses the rendered values back. Stored tasks
+fail closed too: `Task.from_dict` never raises, and `score` gives a task it cannot score (no steps,
+a missing or ill-typed field, an unknown environment, a stored value that does not parse) 0 with
+the reason (`task_problem`) instead of raising.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from __future__ import annotations
 import random
 import re
 import string
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -60,16 +65,61 @@ class Task:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Task:
-        return cls(
-            operator=d["operator"],
-            prompt=d["prompt"],
-            envs=tuple(d["envs"]),
-            xs=tuple(d["xs"]),
-            answer=d["answer"],
-            candidates=tuple(d.get("candidates", ())),
-            meta=dict(d.get("meta", {})),
-        )
+    def from_dict(cls, d: Any) -> Task:
+        """The task a `to_dict` row holds. Never raises: for a row that is not a well-formed task
+        (a field missing or of the wrong type), the fields that can be read are kept, the others
+        left empty, and `meta[MALFORMED]` says what is wrong; `score` gives such a task 0."""
+        if not isinstance(d, Mapping):
+            problem = f"a stored task is a mapping, not {type(d).__name__}"
+            return cls("", "", (), (), "", meta={MALFORMED: problem})
+        problems: list[str] = []
+
+        def text(key: str) -> str:
+            value = d.get(key)
+            if isinstance(value, str):
+                return value
+            problems.append(_field_problem(key, value, "a string"))
+            return ""
+
+        def texts(key: str, required: bool = True) -> tuple[str, ...]:
+            value = d.get(key)
+            if value is None and not required:
+                return ()
+            if not isinstance(value, (str, bytes, Mapping)):
+                try:
+                    items = tuple(value)
+                except TypeError:
+                    items = None
+                if items is not None:
+                    odd = next((x for x in items if not isinstance(x, str)), None)
+                    if odd is None:
+                        return tuple(str(x) for x in items)
+                    problems.append(
+                        f"field {key!r} holds {type(odd).__name__} values, not only strings"
+                    )
+                    return ()
+            problems.append(_field_problem(key, value, "a list of strings"))
+            return ()
+
+        operator, prompt = text("operator"), text("prompt")
+        envs, xs = texts("envs"), texts("xs")
+        answer, candidates = text("answer"), texts("candidates", required=False)
+        meta_value = d.get("meta")
+        meta = dict(meta_value) if isinstance(meta_value, Mapping) else {}
+        if meta_value is not None and not isinstance(meta_value, Mapping):
+            problems.append(_field_problem("meta", meta_value, "a mapping"))
+        if problems:
+            meta[MALFORMED] = "; ".join(problems)
+        return cls(operator, prompt, envs, xs, answer, candidates, meta)
+
+
+MALFORMED = "malformed"  # the meta key where `Task.from_dict` says what is wrong with a row
+
+
+def _field_problem(key: str, value: Any, wanted: str) -> str:
+    if value is None:
+        return f"field {key!r} is missing"
+    return f"field {key!r} is {type(value).__name__}, not {wanted}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,5 +400,58 @@ REWARDS = {
 }
 
 
+def task_problem(task: Task, registry: Registry) -> str | None:
+    """Why `task` cannot be scored against `registry`, or None if it can.
+
+    Checks what scoring relies on: a known operator, at least one step, one stored state per step
+    plus the start, environments the registry has, SORT/SELECT candidates that hold the path, and
+    stored states that parse back with their environment's types.
+    """
+    if not isinstance(task, Task):
+        return f"a task is a Task, not {type(task).__name__} (read rows with Task.from_dict)"
+    meta = task.meta if isinstance(task.meta, Mapping) else {}
+    if meta.get(MALFORMED):
+        return str(meta[MALFORMED])
+    if not isinstance(task.operator, str) or task.operator not in REWARDS:
+        return f"unknown operator {task.operator!r}; expected one of {', '.join(OPERATORS)}"
+    envs, xs, candidates = task.envs, task.xs, task.candidates
+    for key, value in (("envs", envs), ("xs", xs), ("candidates", candidates)):
+        if not isinstance(value, tuple) or not all(isinstance(x, str) for x in value):
+            return _field_problem(key, value, "a tuple of strings")
+    if not envs:
+        return "the task has no steps"
+    if len(xs) != len(envs) + 1:
+        return f"the task has {len(xs)} stored states for {len(envs)} steps (needs {len(envs) + 1})"
+    if task.operator in ("sort", "select"):
+        if not candidates:
+            return f"a {task.operator} task has no candidates"
+        if len(candidates) > len(string.ascii_uppercase):
+            return f"{len(candidates)} candidates cannot be lettered (at most 26)"
+        if task.operator == "sort" and Counter(candidates) != Counter(envs):
+            return "the sort candidates are not the steps of the path"
+        if task.operator == "select" and Counter(envs) - Counter(candidates):
+            return "the select candidates do not include every step of the path"
+    for name in (*envs, *candidates):
+        if name not in registry:
+            return f"unknown environment {name!r}"
+    steps = [registry.get(n) for n in envs]
+    types = [steps[0].input, *(e.output for e in steps)]
+    for i, (kind, value) in enumerate(zip(types, xs)):
+        try:
+            kind.parse(value)
+        except Exception as e:  # noqa: BLE001 - any failure to read a stored value back
+            return f"stored state {i} {value!r} does not parse as {kind.name}: {e}"
+    return None
+
+
 def score(task: Task, response: str, registry: Registry) -> Reward:
-    return REWARDS[task.operator](task, response, registry)
+    """The operator's reward for `response`. Never raises: a task `task_problem` finds fault with
+    scores 0 with "malformed task: <why>", and a failure while scoring scores 0 with its error."""
+    if (problem := task_problem(task, registry)) is not None:
+        return Reward(0.0, f"malformed task: {problem}")
+    if not isinstance(response, str):
+        return Reward(0.0, f"the response is {type(response).__name__}, not text")
+    try:
+        return REWARDS[task.operator](task, response, registry)
+    except Exception as e:  # noqa: BLE001 - a reward fails closed, an environment's bug included
+        return Reward(0.0, f"scoring failed: {type(e).__name__}: {e}")

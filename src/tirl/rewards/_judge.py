@@ -3,7 +3,11 @@ positives. It runs inside the verifier's worker processes (sympy and math-verify
 there only); `judge` is also callable directly, with no timeout, for debugging.
 
 Each guard names the case that motivated it; guards only ever turn a "yes" into a "no" (or refuse
-before calling math-verify), so they cannot add false positives of their own.
+before calling math-verify), so they cannot add false positives of their own. Three narrow string
+steps come before math-verify and can say "yes" where it would not, each checked against the
+labelled cases (0 false positives): a text holding exactly one `\\boxed{}` is judged by that box;
+answers identical up to whitespace LaTeX ignores are equal; and a decimal comma (`1000,99`) is
+read as a decimal point where the gold is a plain decimal.
 """
 
 from __future__ import annotations
@@ -51,6 +55,55 @@ _UNITS = {
     "mph": "mph", "kph": "kph",
 }  # fmt: skip
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]+")
+_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_SPACE = re.compile(r"\s+")
+# A decimal comma (`1000,99` for 1000.99), read as one only where the gold is a plain decimal and
+# the digits after the comma are not a thousands group (`1,000` is a thousand).
+_PLAIN_DECIMAL = re.compile(r"-?\d+\.\d+")
+_DECIMAL_COMMA = re.compile(r"(-?\d+),(\d{1,2}|\d{4,})")
+
+
+def _sole_box(s: str) -> str | None:
+    """The content of the one `\\boxed{}` in `s`, or None if `s` has none, several, or an open one.
+
+    A whole solution passed as the answer is judged by its box, and tirl's own guards (length,
+    units) look at the box, not at the prose: Math-Verify's cases had `\\boxed{90^\\circ}` at
+    the end of a text mentioning "the second line", which the units guard read as seconds.
+    Several boxes are left to math-verify (it reads them as one set of answers).
+    """
+    boxes = []
+    pos = 0
+    while (m := _BOX_OPEN.search(s, pos)) is not None:
+        depth, i = 1, m.end()
+        while i < len(s) and depth:
+            if s[i] == "\\":
+                i += 1
+            elif s[i] == "{":
+                depth += 1
+            elif s[i] == "}":
+                depth -= 1
+            i += 1
+        if depth:
+            return None
+        boxes.append(s[m.end() : i - 1])
+        pos = i
+    return boxes[0] if len(boxes) == 1 else None
+
+
+def _squeeze(s: str) -> str:
+    """`s` with the whitespace that cannot change its meaning taken out.
+
+    A run of spaces becomes one space between two letters or digits (`\\pi r` is not `\\pir`,
+    `\\text{a b}` is not `\\text{ab}`, `1 2` is left to math-verify) and after a backslash (`\\ `
+    is a command); elsewhere it is dropped, as LaTeX's math mode drops it (`x + 1` is `x+1`).
+    """
+
+    def keep(m: re.Match[str]) -> str:
+        before = s[m.start() - 1] if m.start() else ""
+        after = s[m.end()] if m.end() < len(s) else ""
+        return " " if before == "\\" or (before.isalnum() and after.isalnum()) else ""
+
+    return _SPACE.sub(keep, s)
 
 
 def _prepare(s: str) -> str:
@@ -314,9 +367,17 @@ def judge(gold: str, prediction: str, mode: Mode = "guarded") -> tuple[bool, str
         p_mv = parse(wrap.format(prediction), parsing_timeout=None)  # type: ignore[arg-type]
         ok = verify(g_mv, p_mv, timeout_seconds=None)
         return ok, "equivalent" if ok else "not equivalent"
-    gold, pred = _prepare(gold), _prepare(prediction)
+    gold, pred = (
+        _prepare(box if (box := _sole_box(s)) is not None else s) for s in (gold, prediction)
+    )
     if not pred:
         return False, "no answer"
+    # Identical answers are equal, whatever sympy makes of them: `12:00` and `\\frac{1}{0}` both
+    # parse to complex infinity, which math-verify does not count as equal to itself.
+    if _squeeze(gold) == _squeeze(pred):
+        return True, "equivalent"
+    if _PLAIN_DECIMAL.fullmatch(gold) and (m := _DECIMAL_COMMA.fullmatch(pred)):
+        pred = f"{m[1]}.{m[2]}"
     if len(pred) > _MAX_PRED_CHARS:
         return False, f"guard: prediction longer than {_MAX_PRED_CHARS} characters"
     if _nesting(pred) > _MAX_NESTING:

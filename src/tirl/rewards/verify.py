@@ -5,22 +5,28 @@ adds what a reward function needs around it:
 
 - A hard timeout that works from any thread, asyncio task or worker process. math-verify's own
   timeout is SIGALRM, which only works in the main thread and cannot interrupt a long C-level
-  big-integer operation. Here math-verify runs in worker processes started with the "spawn"
-  context (the caller may hold torch/OpenMP threads, which `fork` would copy in a broken state);
-  a comparison still running at its deadline gets a TIMEOUT verdict at the deadline and its worker
-  is killed (SIGKILL) and replaced.
+  big-integer operation. Here math-verify runs in worker processes, each a fresh interpreter
+  started with `subprocess` (`tirl.rewards._verify_worker`), not with multiprocessing: the caller
+  may hold torch/OpenMP threads, which `fork` would copy in a broken state, and multiprocessing's
+  "spawn" would re-import the caller's `__main__` and refuse to start from a daemonic process.
+  A comparison still running at its deadline gets a TIMEOUT verdict at the deadline and its
+  worker is killed (SIGKILL) and replaced. Workers die with the process that started them
+  (PR_SET_PDEATHSIG) and run under a memory limit.
 - Guards against math-verify's false positives, found by testing (each names its case below and
   in `tests/data/verifier_cases.jsonl`). Guards only ever turn a "yes" into a "no" (or refuse
   before calling math-verify), so they cannot add false positives of their own.
 
 Not in scope: extracting the answer from model text (`tirl.rewards.answer`), multiple-choice
 letter matching beyond `\\text{(C)}` vs `C`, and natural-language answers beyond exact word
-match. `prediction` is the extracted answer (the content of the last box), not the whole text.
+match. `prediction` is the extracted answer (the content of the last box); a whole text is
+judged by its box only when it holds exactly one.
 
-Known limits: a worker process costs about 60 MB and 0.5 s to start; calling `verify` inside a
-daemonic process (a `multiprocessing.Pool` worker) fails, because daemonic processes may not
-have children (`concurrent.futures.ProcessPoolExecutor` workers are fine). As with any
-"spawn" pool, the caller's `__main__` module must be import-safe (`if __name__ == "__main__"`).
+Works from scripts without an `if __name__ == "__main__"` guard, from `python -` and notebooks,
+inside daemonic `multiprocessing.Pool` workers and inside other frameworks' worker processes
+(verl's reward functions run in Ray workers): a worker imports `tirl` and math-verify, never the
+caller's main module. Known limits: a worker process costs about 60 MB and 0.5 s to start; it
+runs `sys.executable` with the caller's `sys.path`, so an interpreter embedded in another
+program (where `sys.executable` is not a Python) cannot start workers.
 """
 
 from __future__ import annotations
@@ -28,19 +34,20 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import multiprocessing
 import os
-import signal
 import socket
+import subprocess
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as _mp_wait
 from typing import Any
 
-from tirl.rewards._judge import MODES, Mode, judge
+from tirl.rewards import _verify_worker
+from tirl.rewards._judge import MODES, Mode, judge  # noqa: F401  (judge: for debugging)
 
 
 @dataclass(frozen=True)
@@ -62,54 +69,6 @@ def _timeout_verdict(timeout_s: float) -> Verdict:
     return Verdict(False, f"timed out after {timeout_s:g} s")
 
 
-def _set_parent_death_signal(parent_pid: int) -> None:
-    """Linux: die with the parent even while stuck in C code (a thread could not run then)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent_pid:
-        os._exit(0)
-
-
-def _worker_main(conn: Any, parent_pid: int, mode: Mode, memory_limit_mb: int | None) -> None:
-    """Worker loop: receive a list of (gold, prediction), send one ("result", ok, reason) each."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _set_parent_death_signal(parent_pid)
-    try:
-        if memory_limit_mb:
-            import resource
-
-            limit = memory_limit_mb * 2**20
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        import logging
-
-        for name in ("math_verify", "latex2sympy2_extended"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-        judge("1", "1", mode)  # import sympy, build the regexes, load the ANTLR parser
-    except BaseException as e:  # noqa: BLE001 - report any start-up failure to the parent
-        conn.send(("error", f"{type(e).__name__}: {e}"))
-        return
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            batch = conn.recv()
-        except (EOFError, OSError):
-            return
-        if batch is None:
-            return
-        for gold, pred in batch:
-            try:
-                ok, reason = judge(gold, pred, mode)
-            except RecursionError:
-                ok, reason = False, "guard: expression too deeply nested"
-            except Exception as e:  # math-verify raised: the answer is not verified
-                ok, reason = False, f"error: {type(e).__name__}"
-            conn.send(("result", bool(ok), reason))
-
-
 # =============================================================================================
 # The pool: a manager thread owns the worker processes, the queue and the deadlines.
 # =============================================================================================
@@ -128,7 +87,7 @@ class _Job:
 class _Worker:
     __slots__ = ("process", "conn", "ready", "jobs", "started")
 
-    def __init__(self, process: Any, conn: Any) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], conn: Connection) -> None:
         self.process, self.conn = process, conn
         self.ready = False
         self.jobs: deque[_Job] = deque()  # sent, not answered; jobs[0] is running
@@ -173,7 +132,6 @@ class MathVerifier:
         )  # fmt: skip
         self._memory_limit_mb = memory_limit_mb
         self._start_timeout_s = start_timeout_s
-        self._ctx = multiprocessing.get_context("spawn")
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._calls: deque[_Job] = deque()  # single calls, each with a deadline; served first
@@ -316,22 +274,33 @@ class MathVerifier:
             self._shutdown()
 
     def _spawn_missing(self) -> None:
-        while len(self._workers) < self.workers:
-            parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-            process = self._ctx.Process(
-                target=_worker_main,
-                args=(child_conn, os.getpid(), self.mode, self._memory_limit_mb),
-                name="tirl-math-verify-worker",
-                daemon=True,
-            )
-            process.start()
-            child_conn.close()
-            self._workers.append(_Worker(process, parent_conn))
+        while len(self._workers) < self.workers and not self._broken:
+            # A socket pair wrapped as Connection is what multiprocessing.Pipe() builds on Unix.
+            parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                argv = _verify_worker.command(
+                    child_end.fileno(), os.getpid(), self.mode, self._memory_limit_mb
+                )
+                process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,  # the caller's stdout may be a data channel
+                    pass_fds=(child_end.fileno(),),
+                )
+            except (OSError, RuntimeError, ValueError) as e:
+                parent_end.close()
+                self._start_failures += 1
+                if self._start_failures >= 3:
+                    self._set_broken(f"cannot start a worker process: {type(e).__name__}: {e}")
+                return
+            finally:
+                child_end.close()
+            self._workers.append(_Worker(process, Connection(parent_end.detach())))
 
     def _kill(self, worker: _Worker) -> None:
         self._workers.remove(worker)
         worker.process.kill()
-        worker.process.join(timeout=1.0)
+        _reap(worker.process)
         worker.conn.close()
         # Jobs sent after the running one have not started: back to the front of their queue.
         self._requeue([j for j in worker.jobs if not j.future.done()])
@@ -415,17 +384,20 @@ class MathVerifier:
         self._kill(worker)
         self._start_failures += 1
         if self._start_failures >= 3:
-            self._broken = f"math-verify workers fail to start: {error}"
-            self._ready.set()  # wake callers waiting for readiness; they see _broken
+            self._set_broken(f"math-verify workers fail to start: {error}")
+
+    def _set_broken(self, error: str) -> None:
+        self._broken = error
+        self._ready.set()  # wake callers waiting for readiness; they see _broken
 
     def _died(self, worker: _Worker) -> None:
         if not worker.ready:
-            worker.process.join(timeout=1.0)
-            self._start_failed(worker, f"a worker exited with code {worker.process.exitcode}")
+            code = _reap(worker.process)
+            self._start_failed(worker, f"a worker exited with code {code}")
             return
         if worker.jobs:
-            worker.process.join(timeout=1.0)
-            died = Verdict(False, f"error: worker died (exit code {worker.process.exitcode})")
+            code = _reap(worker.process)
+            died = Verdict(False, f"error: worker died (exit code {code})")
             _resolve(worker.jobs.popleft(), died)
         self._kill(worker)
 
@@ -442,6 +414,14 @@ class MathVerifier:
             self._ready.set()
         self._wake_r.close()
         self._wake_w.close()
+
+
+def _reap(process: subprocess.Popen[bytes]) -> int | None:
+    """Wait briefly for a worker that was killed or closed its end; its exit code, if known."""
+    try:
+        return process.wait(timeout=1.0)
+    except subprocess.TimeoutExpired:  # reaped later by subprocess's own bookkeeping
+        return None
 
 
 def _early_verdict(prediction: str | None) -> Verdict | None:
