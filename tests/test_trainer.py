@@ -273,7 +273,7 @@ def test_expansion_moves_one_stage_when_truncation_exceeds_the_threshold(
     "override, words",
     [
         ("rl.bf16=true", ["bf16", "GPU"]),
-        ("rl.clip_ratio_c=0.9", ["clip_ratio_c", "> 1"]),
+        ("rl.clip_ratio_c=0.9", ["clip_ratio_c", "(1, 1000]"]),
         ("rl.advantage=ppo", ["rl.advantage", "ppo"]),
         ("rl.stages=[{max_model_tokens: 0, tool_budget: 1}]", ["stages", "max_model_tokens"]),
         ("rl.overlong_buffer=64", ["overlong_buffer"]),
@@ -307,8 +307,10 @@ def test_partial_rollouts_train_groups_once_all_members_finish(env, tokenizer, t
     versions = {v for v in token_policy_versions(first[0]) if v >= 0}
     assert versions == {0, 1, 2}
     assert all(t.num_model_tokens == 12 for t in first)
-    # carried trajectories are named in the checkpoint, to restart after a resume
-    assert {m["task"] for m in trainer.carried_metas()} == {2, 3}
+    # at most 2 * prompts_per_step groups open: step 2 (tasks 0 and 1 open) starts none,
+    # step 3 starts task 2; carried trajectories are named in the checkpoint, to restart
+    assert [m["batch/tasks_started"] for m in metrics] == [1, 1, 0, 1]
+    assert {m["task"] for m in trainer.carried_metas()} == {2}
 
 
 def test_partial_rollouts_refuse_torch_distributed():

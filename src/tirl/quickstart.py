@@ -9,8 +9,17 @@ Run folder:
     metrics.jsonl          one line per training step (SFT and RL, both variants)
     eval.json              evaluation metrics per variant and phase
     <variant>/sft, /rl     checkpoints (save_pretrained: model + tokenizer)
+    <variant>/rl_state     the RL trainer's checkpoint, for --resume
     samples/*.jsonl        evaluation trajectories
     report.md, report.html, plots/
+    .tirl.lock             held while a run works in the folder (`tirl.train.run_folder`)
+
+Nothing lost: checkpoints, models, samples and progress files are written whole or not at all
+(`tirl.files`), a phase counts as finished only once its files are complete, and a resume after a
+crash or a full disk redoes the phase that was cut off. Evaluation samples whose engine or
+sandbox failed (finish_reason "error") are left out of every metric; more than
+`eval.max_failed_share` of them stops the run (`FailedSamplesError`) before the evaluation is
+recorded as done, so `--resume` evaluates again.
 """
 
 from __future__ import annotations
@@ -20,7 +29,6 @@ import copy
 import json
 import os
 import random
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -32,9 +40,17 @@ from transformers.utils import logging as hf_logging
 from tirl.backends.hf import HFEngine
 from tirl.config import ConfigError, dump_yaml, load_config, to_dict
 from tirl.envs.arithmetic import ArithmeticEnv, Task
-from tirl.eval.evaluate import evaluate
+from tirl.eval.evaluate import check_failed_share, evaluate
 from tirl.eval.report import format_summary_table, summary_rows, write_report
-from tirl.models.tiny import TinyModelSpec, build_model, load_policy, save_policy, train_tokenizer
+from tirl.files import check_plain_name, read_jsonl, replacing, write_text
+from tirl.models.tiny import (
+    TinyModelSpec,
+    build_model,
+    is_saved_policy,
+    load_policy,
+    save_policy,
+    train_tokenizer,
+)
 from tirl.protocol import get_protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rollout.runner import Rollout, RolloutSettings
@@ -44,6 +60,7 @@ from tirl.train.config import RunConfig
 from tirl.train.distributed import DistContext, broadcast_weights, init_from_env, shard_model
 from tirl.train.metrics import MetricsLogger
 from tirl.train.rl import RLTrainer
+from tirl.train.run_folder import run_folder
 from tirl.train.sft import train_sft
 
 
@@ -62,20 +79,15 @@ def make_tokenizer(cfg: RunConfig, env: ArithmeticEnv):
     return train_tokenizer(texts, vocab_size=cfg.model.vocab_size)
 
 
-def drop_records(path: Path, variant: str, phase: str, from_step: int = 0) -> None:
+def drop_records(logger: MetricsLogger, variant: str, phase: str, from_step: int = 0) -> None:
     """Remove `metrics.jsonl` records of a phase that is about to be run again from
     `from_step`, so a resumed run logs every step exactly once."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # the half-written last line of a killed run
-        if not (r.get("variant") == variant and r.get("phase") == phase and r["step"] >= from_step):
-            kept.append(line + "\n")
-    path.write_text("".join(kept))
+
+    def keep(r: dict) -> bool:
+        same = r.get("variant") == variant and r.get("phase") == phase
+        return not (same and r.get("step", 0) >= from_step)
+
+    logger.keep_only(keep)
 
 
 class Quickstart:
@@ -108,7 +120,7 @@ class Quickstart:
         cfg = self.cfg
         limits = SandboxLimits(timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
         saved = [self.run_dir / v / "sft" for v in cfg.variants]
-        saved = [path for path in saved if (path / "config.json").exists()]
+        saved = [path for path in saved if is_saved_policy(path)]
         if cfg.model.name_or_path:
             _, tokenizer = load_policy(cfg.model.name_or_path)
         elif self.resume and saved:
@@ -164,7 +176,7 @@ class Quickstart:
 
     def load_finished(self, model, folder: Path) -> bool:
         """On resume, load the weights of a finished phase; False if it must run."""
-        if not (self.resume and (folder / "config.json").exists()):
+        if not (self.resume and is_saved_policy(folder)):
             return False
         model.load_state_dict(load_policy(folder)[0].state_dict())
         return True
@@ -172,7 +184,7 @@ class Quickstart:
     async def train_sft(self, variant, model, tokenizer, sandbox, use_tools) -> None:
         cfg = self.cfg
         if self.is_main:
-            drop_records(self.logger.path, variant, "sft")
+            drop_records(self.logger, variant, "sft")
         demos = await self.demonstrations(use_tools, tokenizer, sandbox)
         train_sft(
             model,
@@ -221,7 +233,7 @@ class Quickstart:
             if self.resume and (state_dir / "trainer.pt").exists():
                 trainer.load_checkpoint(state_dir)
             if self.is_main:
-                drop_records(self.logger.path, variant, "rl", trainer.state.step)
+                drop_records(self.logger, variant, "rl", trainer.state.step)
             await trainer.train(checkpoint_dir=state_dir)
             if self.is_main:
                 save_policy(model, tokenizer, self.run_dir / variant / "rl")
@@ -257,20 +269,24 @@ class Quickstart:
         samples_path = self.run_dir / "samples" / f"{variant}_{phase}.jsonl"
         if self.resume and phase in done.get(variant, {}) and samples_path.exists():
             metrics = done[variant][phase]
-            with samples_path.open() as f:
-                trajs = [Trajectory.from_dict(json.loads(line)) for line in f]
+            trajs = [Trajectory.from_dict(d) for d in read_jsonl(samples_path)]
         else:
             tasks = self.env.items("test", cfg.task.test_items)
-            metrics, trajs = await evaluate_policy(
-                rollout, tasks, cfg, use_tools, f"{variant} eval ({phase})"
+            label = f"{variant} eval ({phase})"
+            metrics, trajs = await evaluate_policy(rollout, tasks, cfg, use_tools, label)
+            for traj in trajs:
+                traj.meta.update(variant=variant, phase=phase)
+            write_text(samples_path, "".join(json.dumps(t.to_dict()) + "\n" for t in trajs))
+            # Too many failed samples: stop before the evaluation is recorded as done.
+            check_failed_share(
+                metrics["eval/failed"],
+                metrics["eval/samples"],
+                cfg.eval.max_failed_share,
+                label,
+                "rerun with --resume to evaluate again",
             )
-            samples_path.parent.mkdir(exist_ok=True)
-            with samples_path.open("w") as f:
-                for traj in trajs:
-                    traj.meta.update(variant=variant, phase=phase)
-                    f.write(json.dumps(traj.to_dict()) + "\n")
             done.setdefault(variant, {})[phase] = metrics
-            progress.write_text(json.dumps(done, indent=2))
+            write_text(progress, json.dumps(done, indent=2))
         self.results.setdefault(variant, {})[phase] = metrics
         self.samples.extend(trajs[: self.cfg.eval.saved_samples])
 
@@ -304,6 +320,8 @@ async def evaluate_policy(
                 "eval/pass@k": sampled["eval/pass@k"],
                 "eval/k": sampled["eval/k"],
                 "eval/temperature": sampled["eval/temperature"],
+                "eval/failed": metrics["eval/failed"] + sampled["eval/failed"],
+                "eval/samples": metrics["eval/samples"] + sampled["eval/samples"],
                 "time/eval_s": metrics["time/eval_s"] + sampled["time/eval_s"],
             }
         )
@@ -313,7 +331,7 @@ async def evaluate_policy(
 def check_same_config(cfg: RunConfig, run_dir: Path) -> None:
     """A run folder is resumed only with the config that made it."""
     saved_path = run_dir / "config.yaml"
-    if not saved_path.exists():
+    if not saved_path.is_file():
         raise ConfigError(f"cannot resume {run_dir}: it has no config.yaml (no run started there)")
     saved = load_config(RunConfig, saved_path)
     diffs = [
@@ -340,20 +358,31 @@ def run_quickstart(
     cfg: RunConfig, overwrite: bool = True, resume: bool = False
 ) -> tuple[Path, dict]:
     """Run everything and write the report; returns the run folder and the eval results.
-    With `resume`, continue the run in the run folder (see `Quickstart`)."""
+    With `resume`, continue the run in the run folder (see `Quickstart`). A fresh run clears
+    only what an earlier run wrote in the folder (`tirl.train.run_folder`); with `overwrite`
+    False it refuses a folder that holds a run instead. The folder is locked while the run
+    works in it: a second run or resume on it is refused (ConfigError) naming this one."""
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    check_plain_name(cfg.name, "name")
     run_dir = Path(cfg.out_dir) / cfg.name
-    dist = init_from_env(cfg.device)  # under torchrun: RL is sharded, rank 0 writes files
     if resume:
-        check_same_config(cfg, run_dir)
-    elif run_dir.exists() and overwrite and (dist is None or dist.is_main):
-        shutil.rmtree(run_dir)
+        check_same_config(cfg, run_dir)  # before the lock: nothing is written for a bad resume
+    elif not overwrite and (run_dir / "config.yaml").exists():
+        raise ConfigError(f"{run_dir} holds a run: pass --resume, or choose another name")
+    with run_folder(cfg.out_dir, cfg.name, resume=resume) as run_dir:
+        if resume:
+            check_same_config(cfg, run_dir)  # again, now that no other run can change it
+        return _run_in(cfg, run_dir, resume)
+
+
+def _run_in(cfg: RunConfig, run_dir: Path, resume: bool) -> tuple[Path, dict]:
+    dist = init_from_env(cfg.device)  # under torchrun: RL is sharded, rank 0 writes files
     if dist is None or dist.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        dump_yaml(cfg, run_dir / "config.yaml")
+        with replacing(run_dir / "config.yaml") as tmp:
+            dump_yaml(cfg, tmp)
     start = time.perf_counter()
     quickstart = Quickstart(cfg, run_dir, resume=resume, dist=dist)
     results = asyncio.run(quickstart.run())  # {variant: {phase: metrics}}
@@ -362,7 +391,7 @@ def run_quickstart(
         torch.distributed.destroy_process_group()
         if not dist.is_main:
             return run_dir, {"wall_s": wall_s}
-    (run_dir / "eval.json").write_text(json.dumps({**results, "wall_s": wall_s}, indent=2))
+    write_text(run_dir / "eval.json", json.dumps({**results, "wall_s": wall_s}, indent=2))
     write_report(
         run_dir,
         eval_results=results,

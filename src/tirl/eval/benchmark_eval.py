@@ -5,7 +5,21 @@ Each finished sample is appended to `<out>/<benchmark>.samples.jsonl` at once, o
 holding the item id, the sample index, the verdict and the whole trajectory. A rerun with the
 same output folder reads that file first and generates only the (item, sample) pairs that are
 missing, so an interruption loses at most the samples in flight. Metrics are computed from the
-file, i.e. from every sample, old and new alike.
+file, i.e. from every sample, old and new alike. The file is append-only (`tirl.files`): a torn
+last line (a crash or a full disk mid-write) is cut before the rerun appends.
+
+Failed samples: a trajectory whose engine, server or sandbox failed (finish_reason "error" or
+"cancelled", see `tirl.rollout.runner`) is recorded with `"status": "failed"` and its `"error"`,
+not judged, left out of avg@k and every other metric, and counted (`n_failed` of `n_samples`).
+A rerun drops the failed records from the file and generates those samples again, so in the end
+the file holds each (item, sample) once. Finished samples have `"status": "ok"` (records written
+before this field existed count as ok unless their finish_reason says failed).
+
+Names: a benchmark is reported, and its samples file named, by `benchmark_keys`: the name as
+given (math500), or a file's stem (`d1/b.jsonl` -> `b`); two files with the same stem get the
+shortest trailing parts of their paths that tell them apart (`d1/b`, `d2/b`; the samples file is
+`d1~b.samples.jsonl`). Each record carries the benchmark's `source` (the resolved file, or the
+name), and a samples file that holds another source's samples is refused, not mixed in.
 
 Scoring: math benchmarks compare the last `\\boxed{}` of the model's own text with the gold
 answer through `tirl.rewards.verify` (math-verify with timeouts and guards); RACES items are
@@ -15,21 +29,25 @@ reward 1.
 
 from __future__ import annotations
 
+import io
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tirl.config import ConfigError
+from tirl.eval.evaluate import FAILED_FINISH, mean_pass_at_most_k
 from tirl.eval.metrics import (
     avg_at_k,
     avg_at_k_ci,
     by_category,
     code_block_stats,
     majority_answer,
-    mean_pass_at_k,
     token_efficiency,
 )
+from tirl.files import JsonlAppender, read_jsonl, write_bytes, write_text
 from tirl.protocol.segments import Trajectory
 from tirl.rewards.answer import answer_from_trajectory
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
@@ -53,19 +71,72 @@ class EvalItem:
     meta: dict | None = None
 
 
+FILE_SUFFIXES = (".jsonl", ".parquet")
+
+
+def benchmark_keys(specs: Sequence[str]) -> dict[str, str]:
+    """A unique report name for each --benchmark spec (see the module doc): a name stays as it
+    is, a file is named by its stem, or by as many trailing parts of its resolved path as tell
+    it apart from the others (`d1/b`, `d2/b`). The same file given twice gets one name."""
+    parts: dict[str, tuple[str, ...]] = {}
+    for spec in specs:
+        path = Path(spec)
+        is_file = path.suffix in FILE_SUFFIXES
+        parts[spec] = path.resolve().with_suffix("").parts[1:] if is_file else (spec,)
+    distinct = set(parts.values())
+    keys: dict[tuple[str, ...], str] = {}
+    for own in dict.fromkeys(parts.values()):
+        others = distinct - {own}
+        n = 1
+        while n < len(own) and any(o[-n:] == own[-n:] for o in others):
+            n += 1
+        key = "/".join(own[-n:])
+        used = set(keys.values())
+        base, i = key, 2
+        while key in used:  # one path is the other's tail (a name and a file /math500.jsonl)
+            key, i = f"{base}~{i}", i + 1
+        keys[own] = key
+    return {spec: keys[parts[spec]] for spec in specs}
+
+
+def benchmark_source(spec: str) -> str:
+    """What a samples record says it came from: the resolved file, or the benchmark name."""
+    path = Path(spec)
+    return str(path.resolve()) if path.suffix in FILE_SUFFIXES else spec
+
+
+def samples_path(out_dir: Path, name: str) -> Path:
+    return Path(out_dir) / f"{name.replace('/', '~')}.samples.jsonl"
+
+
+def is_failed_record(rec: dict) -> bool:
+    return rec.get("status") == "failed" or rec.get("finish_reason") in FAILED_FINISH
+
+
+def _key(rec: dict) -> tuple[str, int]:
+    return str(rec["item_id"]), int(rec["sample"])
+
+
 def read_done(path: Path) -> dict[tuple[str, int], dict]:
-    """Finished samples by (item id, sample index); a torn last line (a crash mid-write) is
-    ignored and regenerated."""
+    """Finished samples by (item id, sample index), the first of each; failed samples and lines
+    that do not parse (a torn last line) are not finished, and are generated again."""
+    return _finished(read_jsonl(path))
+
+
+def _finished(records) -> dict[tuple[str, int], dict]:
     done: dict[tuple[str, int], dict] = {}
-    if not path.exists():
-        return done
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        done[(str(rec["item_id"]), int(rec["sample"]))] = rec
+    for rec in records:
+        if "item_id" in rec and "sample" in rec and not is_failed_record(rec):
+            done.setdefault(_key(rec), rec)
     return done
+
+
+def _check_source(path: Path, records: list[dict], source: str | None) -> None:
+    other = {r["source"] for r in records if r.get("source")} - {source}
+    if source is not None and other:
+        raise ConfigError(
+            f"{path} holds samples of {sorted(other)[0]}, not of {source}; use another --out"
+        )
 
 
 def prompt_for(item: Any, template: str = MATH_PROMPT) -> str:
@@ -102,14 +173,21 @@ async def run_benchmark(
     verify,
     chunk: int = 64,
     progress: bool = True,
+    source: str | None = None,
 ) -> list[dict]:
     """Generate the missing samples of `items` (k each), append them to the samples file, and
-    return every record of this benchmark (resumed and new)."""
-    path = Path(out_dir) / f"{name}.samples.jsonl"
+    return the records of `items`, finished (resumed and new) and failed (in this run), in item
+    order. Failed records of earlier runs are dropped from the file first (they are retried)."""
+    path = samples_path(out_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    done = read_done(path)
+    records = list(read_jsonl(path))
+    _check_source(path, records, source)
+    done = _finished(records)
+    failed: dict[tuple[str, int], dict] = {}
     todo = [(it, j) for it in items for j in range(k) if (str(it.id), j) not in done]
-    with path.open("a") as f:
+    with JsonlAppender(path) as f:
+        if len(done) != len(records):  # failed or repeated records: keep each finished one once
+            f.rewrite(done.values())
         for start in range(0, len(todo), chunk):
             part = todo[start : start + chunk]
             label = (
@@ -121,28 +199,45 @@ async def run_benchmark(
                 [prompt_for(it) for it, _ in part], settings, progress=label
             )
             for (it, j), traj in zip(part, trajs):
-                rec = {
-                    "benchmark": name,
-                    "item_id": str(it.id),
-                    "sample": j,
-                    "category": it.category,
-                    "gold": it.answer,
-                    **judge(it, traj, verify),
-                    "stats": tool_stats(traj),
-                    "finish_reason": traj.finish_reason,
-                    "trajectory": traj.to_dict(),
-                }
-                f.write(json.dumps(rec) + "\n")
-                f.flush()
-                done[(rec["item_id"], j)] = rec
-    wanted = {(str(it.id), j) for it in items for j in range(k)}
-    return [rec for key, rec in done.items() if key in wanted]
+                rec = {"benchmark": name, "item_id": str(it.id), "sample": j}
+                rec.update({"category": it.category, "gold": it.answer})
+                if source is not None:
+                    rec["source"] = source
+                if traj.finish_reason in FAILED_FINISH:
+                    rec.update(status="failed", error=traj.meta.get("error", ""))
+                    failed[(rec["item_id"], j)] = rec
+                else:
+                    rec.update(status="ok", **judge(it, traj, verify), stats=tool_stats(traj))
+                    done[(rec["item_id"], j)] = rec
+                rec.update(finish_reason=traj.finish_reason, trajectory=traj.to_dict())
+                f.append(rec)
+    keys = [(str(it.id), j) for it in items for j in range(k)]
+    return [done.get(key) or failed[key] for key in keys if key in done or key in failed]
 
 
 def benchmark_metrics(records: list[dict], k: int) -> dict[str, Any]:
     """avg@k with its bootstrap 95% interval, pass@k, maj@k (math answers only), avg@k by
     category, CIR's Table 4 code statistics split by correct and wrong samples, token
-    efficiency, tool statistics and the truncation rate. Definitions: `tirl.eval.metrics`."""
+    efficiency, tool statistics and the truncation rate. Definitions: `tirl.eval.metrics`.
+
+    Failed samples are left out of all of them and counted in `n_failed` (of `n_samples`), with
+    the most frequent error in `failed_error`. An item left with n < k finished samples counts
+    pass@n for pass@k. With no finished sample at all, the metrics are None."""
+    failed = [r for r in records if is_failed_record(r)]
+    records = [r for r in records if not is_failed_record(r)]
+    counts: dict[str, Any] = {"n_samples": len(records) + len(failed), "n_failed": len(failed)}
+    if failed:
+        counts["failed_error"] = Counter(r.get("error", "") for r in failed).most_common(1)[0][0]
+    if not records:
+        return {
+            "n_items": 0,
+            "k": k,
+            f"avg@{k}": None,
+            f"avg@{k}_ci95": [None, None],
+            f"pass@{k}": None,
+            "by_category": {},
+            **counts,
+        }
     by_item: dict[str, list[dict]] = {}
     for rec in records:
         by_item.setdefault(rec["item_id"], []).append(rec)
@@ -154,7 +249,8 @@ def benchmark_metrics(records: list[dict], k: int) -> dict[str, Any]:
         "k": k,
         f"avg@{k}": avg_at_k(correct),
         f"avg@{k}_ci95": list(avg_at_k_ci(correct)),
-        f"pass@{k}": mean_pass_at_k(correct, k),
+        f"pass@{k}": mean_pass_at_most_k(correct, k),
+        **counts,
     }
     if not any("reward" in r for r in records):  # math answers vote; RACES answers do not
         votes = [_vote(recs) for recs in items]
@@ -176,8 +272,13 @@ def _vote(recs: list[dict]) -> bool:
     return winner is not None and any(r["correct"] for r in recs if r["predicted"] == winner)
 
 
+def _fmt(value: Any, spec: str) -> str:
+    return "—" if value is None or value != value else format(value, spec)  # None, nan
+
+
 def write_benchmark_report(results: dict[str, dict], out_dir: Path, title: str) -> list[Path]:
-    """metrics.json, report.md (a table per benchmark, then per category) and accuracy.png."""
+    """metrics.json, report.md (a table per benchmark, then per category) and accuracy.png,
+    each written whole (`tirl.files`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,22 +286,28 @@ def write_benchmark_report(results: dict[str, dict], out_dir: Path, title: str) 
 
     out_dir = Path(out_dir)
     paths = [out_dir / "metrics.json", out_dir / "report.md", out_dir / "accuracy.png"]
-    paths[0].write_text(json.dumps(results, indent=2) + "\n")
+    write_text(paths[0], json.dumps(results, indent=2) + "\n")
     lines = [
         f"# {title}",
         "",
-        "| benchmark | items | k | avg@k | 95% CI | pass@k | maj@k | code blocks | tokens |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
+        "| benchmark | items | k | avg@k | 95% CI | pass@k | maj@k | code blocks | tokens | failed |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for name, m in results.items():
         k = m["k"]
         low, high = m[f"avg@{k}_ci95"]
-        maj = m.get(f"maj@{k}")
         lines.append(
-            f"| {name} | {m['n_items']} | {k} | {m[f'avg@{k}']:.3f} | [{low:.3f}, {high:.3f}] |"
-            f" {m[f'pass@{k}']:.3f} | {'—' if maj is None else f'{maj:.3f}'} |"
-            f" {m['tools/calls_mean']:.2f} | {m['tokens/mean']:.0f} |"
+            f"| {name} | {m['n_items']} | {k} | {_fmt(m[f'avg@{k}'], '.3f')} |"
+            f" [{_fmt(low, '.3f')}, {_fmt(high, '.3f')}] | {_fmt(m[f'pass@{k}'], '.3f')} |"
+            f" {_fmt(m.get(f'maj@{k}'), '.3f')} | {_fmt(m.get('tools/calls_mean'), '.2f')} |"
+            f" {_fmt(m.get('tokens/mean'), '.0f')} | {m.get('n_failed', 0)} |"
         )
+    if any(m.get("n_failed") for m in results.values()):
+        lines += [
+            "",
+            "Failed samples (engine, server or sandbox errors) are left out of every metric;"
+            " rerunning the same command retries them.",
+        ]
     for name, m in results.items():
         lines += [
             "",
@@ -210,19 +317,22 @@ def write_benchmark_report(results: dict[str, dict], out_dir: Path, title: str) 
             "|---|---:|",
         ]
         lines += [f"| {c} | {v:.3f} |" for c, v in m["by_category"].items()]
-    paths[1].write_text("\n".join(lines) + "\n")
+    write_text(paths[1], "\n".join(lines) + "\n")
     fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(results), 3.2))
     names = list(results)
-    values = [results[n][f"avg@{results[n]['k']}"] for n in names]
+    values = [results[n][f"avg@{results[n]['k']}"] or 0.0 for n in names]
+    ci = [results[n][f"avg@{results[n]['k']}_ci95"] for n in names]
     errors = [
-        [v - results[n][f"avg@{results[n]['k']}_ci95"][0] for n, v in zip(names, values)],
-        [results[n][f"avg@{results[n]['k']}_ci95"][1] - v for n, v in zip(names, values)],
+        [v - (c[0] if c[0] is not None else v) for v, c in zip(values, ci)],
+        [(c[1] if c[1] is not None else v) - v for v, c in zip(values, ci)],
     ]
     ax.bar(names, values, yerr=errors, capsize=4, color="#4477aa")
     ax.set_ylabel("avg@k (95% bootstrap CI)")
     ax.set_ylim(0, 1)
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(paths[2], dpi=120)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=120)
     plt.close(fig)
+    write_bytes(paths[2], png.getvalue())
     return paths

@@ -1,17 +1,50 @@
-"""Evaluate a policy on held-out tasks with the same rollout and reward code as training."""
+"""Evaluate a policy on held-out tasks with the same rollout and reward code as training.
+
+Failed samples: a trajectory whose engine or sandbox failed (finish_reason "error": a server
+that cannot be reached, a sandbox that was lost; or "cancelled") says nothing about the policy.
+It is not scored, and it is left out of the accuracy and of every other metric; the metrics count
+it ("eval/failed" of "eval/samples"). `check_failed_share` turns too many of them into a
+`FailedSamplesError`, one line saying how many failed and how a rerun retries them.
+"""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
 from tirl.envs.arithmetic import Task, verify
-from tirl.eval.metrics import avg_at_k, mean_pass_at_k
+from tirl.eval.metrics import avg_at_k, pass_at_k
 from tirl.protocol.segments import Trajectory
 from tirl.rewards.answer import answer_from_trajectory
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.synth.arithmetic import prompt_for
+
+FAILED_FINISH = ("error", "cancelled")  # finish reasons of samples the infrastructure failed
+
+
+class FailedSamplesError(RuntimeError):
+    """More samples failed (engine, server or sandbox) than the run allows; a rerun retries
+    them. The message is one line."""
+
+
+def is_failed(traj: Trajectory) -> bool:
+    return traj.finish_reason in FAILED_FINISH
+
+
+def check_failed_share(
+    failed: int, total: int, max_share: float, where: str, rerun: str, error: str = ""
+) -> None:
+    """Raise FailedSamplesError when `failed` / `total` exceeds `max_share`; `error` is an
+    example of what went wrong (shortened to its first line)."""
+    if total and failed / total > max_share:
+        error = error.strip().splitlines()[0][:160] if error.strip() else ""
+        cause = f"e.g. {error}" if error else "engine, server or sandbox errors"
+        raise FailedSamplesError(
+            f"{where}: {failed} of {total} samples failed ({cause}), more than the"
+            f" {max_share:.1%} allowed; they are left out of every metric; {rerun}"
+        )
 
 
 def score(traj: Trajectory, task: Task) -> Trajectory:
@@ -26,6 +59,11 @@ def score(traj: Trajectory, task: Task) -> Trajectory:
     return traj
 
 
+def mean_pass_at_most_k(per_item: list[list[bool]], k: int) -> float:
+    """Mean over items of pass@k, an item with n < k samples (some failed) counting pass@n."""
+    return sum(pass_at_k(len(s), sum(s), min(k, len(s))) for s in per_item) / len(per_item)
+
+
 async def evaluate(
     rollout: Rollout,
     tasks: Sequence[Task],
@@ -38,24 +76,37 @@ async def evaluate(
     With `settings.temperature` 0 every task is decoded once, greedily, and "eval/accuracy" is
     the share solved. Otherwise each task is sampled `k` times and "eval/accuracy" is avg@k
     (the mean over tasks of the share of its k samples that are correct; CIR reports avg@16 at
-    temperature 1.0), with "eval/pass@k" beside it.
+    temperature 1.0), with "eval/pass@k" beside it. Failed samples (see the module doc) are
+    left out; an item all of whose samples failed is left out of the accuracy (nan if all are).
     """
     start = time.perf_counter()
     k = 1 if settings.temperature == 0 else k
     prompts = [prompt_for(t) for t in tasks for _ in range(k)]
     trajs = await rollout.run_many(prompts, settings, progress=progress)
-    per_item = [
-        [bool(score(trajs[i * k + j], t).meta["correct"]) for j in range(k)]
-        for i, t in enumerate(tasks)
-    ]
+    per_item: list[list[bool]] = []
+    scored: list[Trajectory] = []
+    for i, task in enumerate(tasks):
+        samples = []
+        for traj in trajs[i * k : (i + 1) * k]:
+            if is_failed(traj):
+                traj.meta.update(question=task.question, gold=task.answer, status="failed")
+                continue
+            samples.append(bool(score(traj, task).meta["correct"]))
+            scored.append(traj)
+        if samples:
+            per_item.append(samples)
     metrics = {
-        "eval/accuracy": avg_at_k(per_item),
-        "eval/pass@k": mean_pass_at_k(per_item, k),
+        "eval/accuracy": avg_at_k(per_item) if per_item else math.nan,
+        "eval/pass@k": mean_pass_at_most_k(per_item, k) if per_item else math.nan,
         "eval/k": k,
         "eval/temperature": settings.temperature,
         "eval/n_items": len(tasks),
-        "eval/truncation_rate": sum(t.finish_reason == "length" for t in trajs) / len(trajs),
-        **aggregate_tool_stats([tool_stats(t) for t in trajs]),
+        "eval/samples": len(trajs),
+        "eval/failed": len(trajs) - len(scored),
+        "eval/truncation_rate": (
+            sum(t.finish_reason == "length" for t in scored) / len(scored) if scored else math.nan
+        ),
+        **(aggregate_tool_stats([tool_stats(t) for t in scored]) if scored else {}),
         "time/eval_s": time.perf_counter() - start,
     }
     return metrics, trajs

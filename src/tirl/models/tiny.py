@@ -11,6 +11,7 @@ numbers into code does far better when every number is spelled the same way.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,9 @@ from transformers import (
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+
+from tirl.config import ConfigError
+from tirl.files import replacing
 
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
@@ -98,19 +102,56 @@ def build_model(
     raise ValueError(f"unknown tiny-model arch {spec.arch!r}; expected 'qwen2' or 'gpt2'")
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def is_saved_policy(path: Path) -> bool:
+    """True if `path` holds a whole saved model: its config and its weights (a folder written
+    by a tirl older than `save_policy`'s atomic save may hold a config without weights)."""
+    path = Path(path)
+    return (path / "config.json").is_file() and any((path / w).is_file() for w in WEIGHT_FILES)
+
+
 def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    """`save_pretrained` of the model and tokenizer into `path`, whole or not at all: they are
+    written into a temporary sibling folder that replaces `path` once complete
+    (`tirl.files.replacing`), so a crash or a full disk mid-save leaves no folder that looks
+    saved, and an I/O error comes out as an OSError naming `path`. An existing folder that holds
+    no saved model is not replaced (it is not ours to delete)."""
+    path = Path(path)
+    if path.is_dir() and any(path.iterdir()) and not (path / "config.json").is_file():
+        raise FileExistsError(
+            errno.EEXIST, "not empty and not a saved model, refusing to replace it", str(path)
+        )
+    with replacing(path) as tmp:
+        tmp.mkdir()
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
 
 
 def load_policy(name_or_path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """Load a causal LM and its tokenizer from a local folder or a hub name."""
-    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
-    model = AutoModelForCausalLM.from_pretrained(str(name_or_path))
+    """Load a causal LM and its tokenizer from a local folder or a hub name. One that cannot be
+    loaded (no such folder or hub name, offline, no weights) is a ConfigError in one line."""
+    tokenizer = loading(name_or_path, AutoTokenizer.from_pretrained)
+    model = loading(name_or_path, AutoModelForCausalLM.from_pretrained)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def loading(name_or_path: str | Path, load):
+    """`load(str(name_or_path))`, with transformers' many-line errors cut to one ConfigError line
+    (a full disk or a permission error stays an OSError)."""
+    try:
+        return load(str(name_or_path))
+    except OSError as e:
+        if e.errno is not None:  # the machine's error, not the model's
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"cannot load model {str(name_or_path)!r}: {first}") from None
+    except ValueError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"cannot load model {str(name_or_path)!r}: {first}") from None
 
 
 def num_parameters(model: torch.nn.Module) -> int:

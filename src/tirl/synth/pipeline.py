@@ -6,7 +6,10 @@ stage before (the `read` stage turns the input file into items). On restart ever
 the ids already in its file, so nothing is processed twice and nothing is lost; the teacher's
 answers are in the request cache (`OUT/cache/`) before their line is written, so an item cut
 off between the two is finished from the cache, without a new request. A torn last line (a
-crash mid-write) is ignored and that item redone.
+crash or a full disk mid-write) is ignored and that item redone; the stage files and the request
+caches are repaired (`tirl.files.repair_jsonl`) before anything is appended to them, so a new
+line never lands on a fragment. The output folder is locked while a run works in it
+(`tirl.files.lock_folder`): a second run on it is refused in one line naming the first.
 
 When an item fails with an exception (a teacher that keeps refusing, the request budget), the
 stage lets the items already in flight finish and be recorded, then re-raises: the run stops,
@@ -24,6 +27,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from tirl.config import ConfigError, dump_yaml
+from tirl.files import JsonlAppender, lock_folder, read_jsonl, repair_jsonl, replacing
 from tirl.synth.config import STAGE_NAMES, SynthConfig
 from tirl.synth.formats import sft_record
 from tirl.synth.records import Item, Rejected, read_records
@@ -33,19 +37,17 @@ StageFn = Callable[[Item, Context], Awaitable[Outcome]]
 
 
 class StageLog:
-    """The append-only outcome file of one stage."""
+    """The append-only outcome file of one stage (a line that does not parse, torn by a crash,
+    is skipped: its item is redone)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.rows: dict[str, dict] = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # torn by a crash: the item is redone
+        for row in read_jsonl(path):
+            if "id" in row:
                 self.rows.setdefault(row["id"], row)  # first wins: a line is never counted twice
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = JsonlAppender(path, dumps=lambda r: json.dumps(r, ensure_ascii=False))
 
     def __contains__(self, item_id: str) -> bool:
         return item_id in self.rows
@@ -61,9 +63,11 @@ class StageLog:
             "notes": outcome.notes,
             "item": outcome.item.to_dict() if outcome.item is not None else None,
         }
+        self._file.append(row)  # before it counts as done: a full disk raises, nothing is kept
         self.rows[item_id] = row
-        with self.path.open("a") as f:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
 
     def kept(self, order: dict[str, int]) -> list[Item]:
         """Kept items, in input order (not completion order): reruns give the same files."""
@@ -138,12 +142,15 @@ async def _run(cfg: SynthConfig, input_path: str, out: Path, max_requests: int |
     ctx = Context(cfg)
     if cfg.stages.decontaminate:
         ctx.index = contamination_index(cfg)
+    for cache in ("teacher.jsonl", "judge.jsonl"):  # appended to by the clients
+        repair_jsonl(out / "cache" / cache)
     if cfg.stages.codeify or cfg.stages.self_correct:
         ctx.teacher = ChatClient(cfg.teacher, out / "cache" / "teacher.jsonl", max_requests)
     if cfg.stages.feedback_alignment:
         ctx.judge = ChatClient(cfg.judge_endpoint, out / "cache" / "judge.jsonl", max_requests)
     read_log = StageLog(stage_path(out, 0, "read"))
     order = _read_stage(input_path, cfg, read_log)
+    read_log.close()
     items = read_log.kept(order)
     sandbox = None
     if cfg.stages.execute:
@@ -153,7 +160,10 @@ async def _run(cfg: SynthConfig, input_path: str, out: Path, max_requests: int |
     try:
         for name in cfg.enabled():
             log = StageLog(stage_path(out, STAGE_NAMES.index(name) + 1, name))
-            await run_stage(name, STAGES[name], items, ctx, log, cfg.concurrency)
+            try:
+                await run_stage(name, STAGES[name], items, ctx, log, cfg.concurrency)
+            finally:
+                log.close()
             items = log.kept(order)
     finally:
         for client in (ctx.teacher, ctx.judge):
@@ -170,7 +180,7 @@ def write_trajectories(out: Path, cfg: SynthConfig) -> int:
     names = cfg.enabled()
     last = stage_path(out, STAGE_NAMES.index(names[-1]) + 1, names[-1]) if names else read
     items = StageLog(last).kept(order) if last.exists() else []
-    with (out / "trajectories.jsonl").open("w") as f:
+    with replacing(out / "trajectories.jsonl") as tmp, tmp.open("w", encoding="utf-8") as f:
         for item in items:
             f.write(json.dumps(sft_record(item, cfg.output_format), ensure_ascii=False) + "\n")
     return len(items)
@@ -185,12 +195,14 @@ def run_pipeline(
 ) -> Path:
     """Run (or resume) every enabled stage; returns the output folder. See the module doc."""
     out = Path(out)
-    check_out_dir(out, resume)
-    out.mkdir(parents=True, exist_ok=True)
-    dump_yaml(cfg, out / "config.yaml")
-    asyncio.run(_run(cfg, input_path, out, max_requests))
-    write_trajectories(out, cfg)
-    from tirl.synth.report import write_report
+    check_out_dir(out, resume)  # before the lock: a refused run writes nothing
+    with lock_folder(out, "synth"):
+        check_out_dir(out, resume)  # again, now that no other run can start one here
+        with replacing(out / "config.yaml") as tmp:
+            dump_yaml(cfg, tmp)
+        asyncio.run(_run(cfg, input_path, out, max_requests))
+        write_trajectories(out, cfg)
+        from tirl.synth.report import write_report
 
-    write_report(out)
+        write_report(out)
     return out

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from tirl.envs.core import Registry, Trajectory
 from tirl.envs.operators import Task, score, sequential
+from tirl.files import lock_folder, replacing
 from tirl.synth.formats import model_text, render_parts, sft_record
 from tirl.synth.records import Item, Step
 from tirl.synth.stages import Outcome, execute_steps, keep, reject
@@ -125,14 +126,29 @@ def run_races(
     preload: tuple[str, ...] = ("math", "fractions"),
 ) -> Path:
     """Write OUT/trajectories.jsonl and the report for n searched composites (resumable: ids
-    already in OUT/stages/01_races.jsonl are skipped)."""
+    already in OUT/stages/01_races.jsonl are skipped). The folder is locked while this runs:
+    a second run on it is refused in one line naming this one."""
+    out = Path(out)
+    with lock_folder(out, "synth"):
+        return _run_races(out, n, seed, sizes, level, split, protocol, preload)
+
+
+def _run_races(
+    out: Path,
+    n: int,
+    seed: int,
+    sizes: tuple[int, int],
+    level: int,
+    split: str,
+    protocol: str,
+    preload: tuple[str, ...],
+) -> Path:
     import tirl.envs.library  # noqa: F401  (registers the library)
     from tirl.envs.core import REGISTRY
     from tirl.sandbox import Sandbox, SandboxLimits
     from tirl.synth.pipeline import StageLog, stage_path
     from tirl.synth.report import write_report
 
-    out = Path(out)
     log = StageLog(stage_path(out, 1, "races"))
     trajs = races_trajectories(REGISTRY, n, seed, sizes[0], sizes[1], level, split)
 
@@ -151,8 +167,11 @@ def run_races(
             await asyncio.gather(*(one(t) for t in trajs))
             bar.close()
 
-    asyncio.run(main())
-    with (out / "trajectories.jsonl").open("w") as f:
+    try:
+        asyncio.run(main())
+    finally:
+        log.close()
+    with replacing(out / "trajectories.jsonl") as tmp, tmp.open("w", encoding="utf-8") as f:
         for item in log.kept({composite_id(t): i for i, t in enumerate(trajs)}):
             f.write(json.dumps(sft_record(item, protocol), ensure_ascii=False) + "\n")
     write_report(out, f"tirl synth races: {out}")

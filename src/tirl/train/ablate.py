@@ -15,6 +15,10 @@ Presets:
 Outputs under the ablation folder: `ablation.md` (the comparison table: mean and spread over
 seeds, difference from the first variant), `report.html` / `report.md` with training curves
 averaged over seeds, `results.json`, and per seed the metrics, samples and checkpoints.
+
+The ablation folder is locked while it runs, and each run starts afresh: what an earlier
+ablation wrote there (`tirl.train.run_folder.ABLATE_ENTRIES`) is removed first, anything else is
+left, and a non-empty folder tirl did not make is refused (`tirl.train.run_folder`).
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ from pathlib import Path
 
 from tirl.config import ConfigError, apply_overrides, from_dict, to_dict
 from tirl.eval.report import write_report
+from tirl.files import read_jsonl, write_text
 from tirl.sandbox import Sandbox, SandboxLimits
 from tirl.train.config import RunConfig
+from tirl.train.run_folder import ABLATE_ENTRIES, claim_folder
 
 PRESETS: dict[str, dict[str, list[str]]] = {
     "cir": {
@@ -125,8 +131,7 @@ def _mean_records(paths: list[Path]) -> list[dict]:
     """Per (variant, phase, step), the mean of each numeric metric over the seeds' runs."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for path in paths:
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
+        for record in read_jsonl(path):
             groups[(record["variant"], record["phase"], record["step"])].append(record)
     merged = []
     for (variant, phase, step), records in groups.items():
@@ -181,12 +186,20 @@ def run_ablation(
     """Run every variant on every seed; write the comparison; return the ablation folder."""
     for name, overrides in variants.items():
         variant_config(base, overrides, name)  # every variant valid before anything runs
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(out_dir)
+    with claim_folder(out_dir, "ablate", ABLATE_ENTRIES, resume=False):
+        _run_ablation(base, variants, seeds, out_dir, note)
+    return out_dir
+
+
+def _run_ablation(
+    base: RunConfig, variants: dict[str, list[str]], seeds: list[int], out_dir: Path, note: str
+) -> None:
     per_seed = []
     for seed in seeds:
         cfg = replace(base, seed=seed)
         per_seed.append(asyncio.run(_run_seed(cfg, variants, out_dir / f"seed{seed}")))
-    (out_dir / "results.json").write_text(json.dumps(per_seed, indent=2))
+    write_text(out_dir / "results.json", json.dumps(per_seed, indent=2))
     table = comparison_table(per_seed, variants)
     seeds_text = ", ".join(map(str, seeds))
     parts = [
@@ -196,10 +209,10 @@ def run_ablation(
         note,
         "Curves (means over seeds): report.html",
     ]
-    (out_dir / "ablation.md").write_text("\n\n".join(p for p in parts if p) + "\n")
+    write_text(out_dir / "ablation.md", "\n\n".join(p for p in parts if p) + "\n")
     merged = out_dir / "metrics.jsonl"
     records = _mean_records([out_dir / f"seed{s}" / "metrics.jsonl" for s in seeds])
-    merged.write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_text(merged, "".join(json.dumps(r) + "\n" for r in records))
     first = per_seed[0]
     write_report(
         out_dir,
@@ -209,4 +222,3 @@ def run_ablation(
         config=to_dict(base),
     )
     print(table)
-    return out_dir

@@ -239,7 +239,10 @@ class RLConfig:
         False, doc="drop groups whose rewards are all equal and refill (AgentMath §3.2)"
     )
     max_refill_rounds: int = setting(
-        3, ">= 0", "adaptive batches: extra sampling rounds per step to refill dropped groups"
+        3,
+        ">= 0",
+        "adaptive batches: the cap on extra sampling rounds per step; a step still short of a"
+        " full batch after them does not update, and its groups wait for the next step",
     )
     stages: list[RLStage] = setting(
         factory=list,
@@ -247,7 +250,10 @@ class RLConfig:
         " budget_schedule",
     )
     expansion_threshold: float = setting(
-        0.1, "[0, 1]", "move to the next stage when the truncation rate exceeds this"
+        0.1,
+        "[0, 1]",
+        "move to the next stage when the truncation rate over every trajectory sampled in a"
+        " step (kept or dropped) exceeds this",
     )
     checkpoint_every: int = setting(
         0, ">= 0", "steps between resumable checkpoints; 0 = only at the end"
@@ -282,6 +288,13 @@ class EvalConfig:
     max_model_tokens: int = setting(64, ">= 1", "model tokens per trajectory")
     tool_budget: int = setting(4, ">= 0", "tool calls per trajectory")
     saved_samples: int = setting(8, ">= 0", "trajectories kept per evaluation for the report")
+    max_failed_share: float = setting(
+        0.01,
+        "[0, 1]",
+        "share of evaluation samples that may fail (engine, server or sandbox errors) before"
+        " tirl eval / the run exits non-zero; failed samples are left out of every metric and"
+        " retried by a rerun or --resume",
+    )
 
 
 @dataclass

@@ -1,9 +1,17 @@
-"""Per-step metrics to JSONL, and optionally to TensorBoard and Weights & Biases."""
+"""Per-step metrics to JSONL, and optionally to TensorBoard and Weights & Biases.
+
+`metrics.jsonl` is append-only (`tirl.files.JsonlAppender`): a torn last line left by a crash or
+a full disk is cut before the first new record, and `keep_only` rewrites the file atomically (a
+resumed phase first drops the records it is about to log again).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+
+from tirl.files import JsonlAppender, read_jsonl
 
 
 class MetricsLogger:
@@ -12,7 +20,7 @@ class MetricsLogger:
     ) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = path.open("a")
+        self._file = JsonlAppender(path, dumps=lambda r: json.dumps(r, default=float))
         self._tb = self._wandb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # needs the `tensorboard` extra
@@ -24,8 +32,7 @@ class MetricsLogger:
             self._wandb = wandb_lib.init(project="tirl", name=run_name, dir=str(path.parent))
 
     def log(self, record: dict) -> None:
-        self._file.write(json.dumps(record, default=float) + "\n")
-        self._file.flush()
+        self._file.append(record)
         prefix = f"{record.get('variant', '')}/{record.get('phase', '')}/".strip("/") + "/"
         numbers = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
         if self._tb is not None:
@@ -33,6 +40,11 @@ class MetricsLogger:
                 self._tb.add_scalar(prefix + key, value, record.get("step", 0))
         if self._wandb is not None:
             self._wandb.log({prefix + k: v for k, v in numbers.items()})
+
+    def keep_only(self, keep: Callable[[dict], bool]) -> None:
+        """Rewrite the JSONL file with the records `keep` accepts (TensorBoard and W&B keep
+        what they were sent)."""
+        self._file.rewrite([r for r in read_jsonl(self.path) if keep(r)])
 
     def close(self) -> None:
         self._file.close()

@@ -1,24 +1,59 @@
 """On-policy RL for code-integrated reasoning, with every CIR and AgentMath strategy a switch.
 
 One step:
-1. Sample `group_size` trajectories for each of `prompts_per_step` training tasks, with the
+1. Sample `group_size` trajectories for each of the tasks the batch still lacks, with the
    tool budget and model-token limit of the budget schedule (CIR §3.1, 2 -> 3 -> 4) or of the
    current expansion stage (AgentMath §3.3). Each trajectory is seeded by its task index and
    sample number, so what is sampled does not depend on scheduling or on the number of ranks.
-2. Score them (CIR: +1 / -1; AgentMath: composite), minus DAPO's overlong penalty if on.
-3. Adaptive batches (AgentMath §3.2): drop groups whose rewards are all equal (no group-
-   relative signal) and refill from fresh tasks, at most `max_refill_rounds` more rounds.
+2. Score each trajectory once, as it finishes (CIR: +1 / -1; AgentMath: composite), minus
+   DAPO's overlong penalty if on; the reward is kept in `meta["reward"]`.
+3. Build the batch (the rule below). Adaptive batches (AgentMath §3.2) drop groups whose
+   rewards are all equal (no group-relative signal) and refill from fresh tasks.
 4. Token advantages (`tirl.algos`: GRPO, Dr.GRPO, REINFORCE++ with the return carried
    through tool tokens, REINFORCE++-baseline, RLOO), over model tokens only.
 5. `updates_per_step` optimizer steps over minibatches of the PPO clipped loss (clip-higher,
    optional dual clip), KL and entropy terms only when their coefficients are non-zero
    (CIR §2.3.2 turns both off); micro-batches and ranks as in `tirl.train.update`.
-6. Expansion: if the step's truncation rate exceeds `expansion_threshold`, move to the next
-   stage.
+6. Expansion: if the truncation rate over every trajectory that finished in the step,
+   whether its group is trained, dropped or waits (failed ones aside;
+   `batch/truncation_rate_sampled`), exceeds `expansion_threshold`, move to the next stage.
+   A step that does not update may still expand. Measuring only the trained batch
+   (`train/truncation_rate`, logged beside it) would lag: truncated groups are mostly all
+   wrong, hence uniform, hence dropped by adaptive batches.
 
-The trainer's whole state (model, optimizer, learning-rate schedule, RNG, step, stage and
-the position in the task stream) goes into a checkpoint, and a resumed run continues exactly
-where the saved one would have.
+The batch rule: an update trains on exactly `prompts_per_step` usable groups, never fewer
+and never more. A group is usable when some member did not fail (finish_reason "error" or
+"cancelled": an engine or sandbox failure says nothing about the policy, so failed members
+are left out and counted in `rollout/failed`) and, with `adaptive_batch`, when its rewards
+are not all equal. A step samples in rounds: the first, then, with `adaptive_batch`, up to
+`max_refill_rounds` refill rounds, each starting only as many new tasks as the batch still
+lacks (no oversampling, so no surplus group is ever thrown away). `max_refill_rounds` is
+thus the cap on extra sampling per step. When the rounds end short of a full batch the step
+does not update (`train/updated` 0, `batch/cap_hit` 1): the usable groups found so far wait
+for the next step, where the refill starts from them. They are still exactly on-policy,
+because the weights did not change (they keep the reward they were scored with, should the
+stage or tool budget move meanwhile). The step still counts (the budget schedule,
+`rl.steps` and the partial-rollout policy version count steps, not updates);
+`train/updates` counts updates.
+
+Partial rollouts (`segment_tokens` / `segment_tool_calls`, `tirl.rollout.partial`): each
+step advances every unfinished trajectory by one segment and starts new tasks; a group is
+complete once all its members have finished. Complete usable groups wait in task order
+(oldest first) and an update takes the `prompts_per_step` oldest; the rest wait for the next
+step (one update staler, as partial rollouts are anyway; `rollout/logprob_gap` shows it). A
+refill round, when adaptive batches call one, advances every unfinished trajectory by one
+more segment under the same weights. So that waiting and unfinished groups cannot pile up,
+a round starts min(shortfall, 2 * prompts_per_step - open) new tasks, where shortfall =
+prompts_per_step - waiting groups and open = waiting groups + groups with a member still
+sampling: at most two batches' worth of groups are ever open (the batch being trained and
+the next one filling), so one long-running group does not hold up the others, and nothing
+grows without bound.
+
+The trainer's whole state (model, optimizer, learning-rate schedule, RNG, step, stage, the
+position in the task stream and the groups waiting for the next update) goes into a
+checkpoint, and a resumed run continues exactly where the saved one would have. With partial
+rollouts, unfinished trajectories cannot be saved mid-sample (their sandbox sessions die with
+the process): they restart from their prompts after a resume, so that resume is not exact.
 """
 
 from __future__ import annotations
@@ -61,6 +96,7 @@ class TrainerState:
     step: int = 0  # steps done
     next_task: int = 0  # position in the task stream
     stage: int = 0  # expansion stage (AgentMath), when `rl.stages` is set
+    updates: int = 0  # steps that updated the policy (a step short of a full batch does not)
 
 
 def trajectory_seed(seed: int, task_index: int, sample: int) -> int:
@@ -82,6 +118,16 @@ def uniform_groups(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     )
 
 
+def tasks_to_start(prompts_per_step: int, waiting: int, in_flight: int | None) -> int:
+    """New tasks for one sampling round (see the module docstring): the batch's shortfall,
+    and with partial rollouts (`in_flight` not None) no more than keeps
+    2 * `prompts_per_step` groups open (waiting + in flight)."""
+    shortfall = max(0, prompts_per_step - waiting)
+    if in_flight is None:
+        return shortfall
+    return max(0, min(shortfall, 2 * prompts_per_step - waiting - in_flight))
+
+
 class RLTrainer:
     def __init__(
         self,
@@ -100,8 +146,9 @@ class RLTrainer:
         reward_fn: Callable[[Trajectory], float] | None = None,
     ) -> None:
         """`task_at(i)` is the i-th training task. `reward_fn(trajectory)` replaces the
-        configured reward (`rl.reward`) for custom tasks; trajectories carry `meta["task"]`
-        (the task's index) and `meta["correct"]`."""
+        configured reward (`rl.reward`) for custom tasks; it is called once per trajectory,
+        when it finishes (failed ones excluded), and trajectories carry `meta["task"]` (the
+        task's index), `meta["seed"]`, `meta["correct"]` and their real `finish_reason`."""
         self.model = model
         self.rollout = rollout
         self.task_at = task_at
@@ -140,6 +187,9 @@ class RLTrainer:
             self.pool = PartialRolloutPool(rollout, max_staleness=cfg.max_staleness)
         self.pending: dict[int, list[Trajectory]] = {}  # finished members of unfinished groups
         self.restart: list[dict] = []  # metas of carried trajectories a resume must restart
+        # Complete usable groups not trained on yet, oldest task first: a step short of a
+        # full batch leaves them here, and with partial rollouts so does a surplus.
+        self.ready: list[list[Trajectory]] = []
 
     # ------------------------------------------------------------------ the loop
     async def train(self, until: int | None = None, checkpoint_dir: Path | None = None) -> None:
@@ -154,7 +204,7 @@ class RLTrainer:
         )
         for _ in bar:
             metrics = await self.step()
-            bar.set_postfix(  # a step may train on nothing (all groups dropped or carried)
+            bar.set_postfix(  # a step short of a full batch does not update (no train/ keys)
                 acc=f"{metrics.get('train/accuracy', float('nan')):.2f}",
                 calls=f"{metrics.get('tools/calls_mean', float('nan')):.2f}",
             )
@@ -183,9 +233,17 @@ class RLTrainer:
             for j in range(self.cfg.group_size)
         ]
 
-    def score(self, trajs: list[Trajectory]) -> None:
+    def score(self, trajs: list[Trajectory], max_tokens: int) -> None:
+        """Correctness and, for those that did not fail, `meta["reward"]`: computed once, as a
+        trajectory finishes, under the limit it was sampled with. The batch rule and the
+        update then read the same number, even when a group waits for a later step whose
+        limit (and so overlong penalty) differs."""
         for traj in trajs:
             score(traj, self.task_at(traj.meta["task"]))
+        ok = [t for t in trajs if t.finish_reason not in FAILED]
+        if ok:
+            for traj, reward in zip(ok, self.rewards_of(ok, max_tokens).tolist()):
+                traj.meta["reward"] = reward
 
     async def sample_groups(self, n: int, settings: RolloutSettings) -> list[list[Trajectory]]:
         """`n` fresh tasks, `group_size` scored trajectories each. Under torch.distributed each
@@ -196,7 +254,7 @@ class RLTrainer:
         if self.pool is not None:
             return await self.sample_partial(prompts, metas, settings)
         trajs = await self.rollout.run_many(prompts, settings, metas)
-        self.score(trajs)
+        self.score(trajs, settings.max_model_tokens)
         g_size = self.cfg.group_size
         groups = [trajs[k : k + g_size] for k in range(0, len(trajs), g_size)]
         return gather_in_order(groups, self.dist, n)
@@ -207,7 +265,7 @@ class RLTrainer:
         restart, self.restart = self.restart, []
         prompts += [prompt_for(self.task_at(m["task"])) for m in restart]
         finished = await self.pool.step(prompts, settings, self.state.step, metas + restart)
-        self.score(finished)
+        self.score(finished, settings.max_model_tokens)
         for traj in finished:
             self.pending.setdefault(traj.meta["task"], []).append(traj)
         done = sorted(
@@ -224,40 +282,67 @@ class RLTrainer:
             )
         return rewards
 
+    def groups_in_flight(self) -> int | None:
+        """Groups with a member still sampling (partial rollouts; None without them): carried
+        to the next step, to restart after a resume, or finished and waiting for the rest."""
+        if self.pool is None:
+            return None
+        return len({m["task"] for m in self.carried_metas()} | set(self.pending))
+
     async def collect(self, settings: RolloutSettings) -> tuple[list[list[Trajectory]], dict]:
-        """The step's groups, with AgentMath's adaptive batch construction when it is on."""
+        """The step's batch by the batch rule of the module docstring: `prompts_per_step`
+        usable groups, or none when the sampling rounds end short of them."""
         cfg = self.cfg
-        kept: list[list[Trajectory]] = []
-        sampled = dropped = rounds = failed = 0
-        while True:
-            groups = await self.sample_groups(cfg.prompts_per_step - len(kept), settings)
+        want = cfg.prompts_per_step
+        carried_in = len(self.ready)
+        rounds_allowed = 1 + (cfg.max_refill_rounds if cfg.adaptive_batch else 0)
+        sampled = dropped = failed = started = rounds = 0
+        finished: list[Trajectory] = []  # every trajectory that finished in this step, not failed
+        while rounds < rounds_allowed:
+            # A step with partial rollouts always runs its first round: it is what advances
+            # the unfinished trajectories, even when the batch is already full.
+            if len(self.ready) >= want and (rounds or self.pool is None):
+                break
+            n = tasks_to_start(want, len(self.ready), self.groups_in_flight())
+            started += n
+            groups = await self.sample_groups(n, settings)
+            rounds += 1
             sampled += len(groups)
             for group in groups:
-                # A trajectory the engine or sandbox failed says nothing about the policy.
                 ok = [t for t in group if t.finish_reason not in FAILED]
                 failed += len(group) - len(ok)
-                group = ok
-                if not group:
-                    dropped += 1
-                    continue
-                rewards = self.rewards_of(group, settings.max_model_tokens)
-                if cfg.adaptive_batch and bool((rewards == rewards[0]).all()):
+                finished += ok
+                rewards = [t.meta["reward"] for t in ok]
+                if not ok or (cfg.adaptive_batch and len(set(rewards)) == 1):
                     dropped += 1
                 else:
-                    kept.append(group)
-            if not cfg.adaptive_batch or len(kept) >= cfg.prompts_per_step:
-                break
-            if rounds == cfg.max_refill_rounds:
-                break
-            rounds += 1
+                    self.ready.append(ok)
+        # Oldest task first: with partial rollouts a group started early may finish late.
+        self.ready.sort(key=lambda group: group[0].meta["task"])
+        full = len(self.ready) >= want
+        batch = self.ready[:want] if full else []
+        fill = min(len(self.ready), want) / want
+        if full:
+            self.ready = self.ready[want:]
         stats = {
             "batch/groups_sampled": sampled,
             "batch/groups_dropped": dropped,
-            "batch/refill_rounds": rounds,
-            "batch/fill": len(kept) / cfg.prompts_per_step,
+            "batch/groups_carried_in": carried_in,
+            "batch/groups_waiting": len(self.ready),
+            "batch/tasks_started": started,
+            "batch/refill_rounds": max(0, rounds - 1),
+            "batch/fill": fill,
+            "batch/cap_hit": int(not full),
+            "batch/trajectories_sampled": len(finished),
             "rollout/failed": failed,
         }
-        return kept, stats
+        if finished:  # nothing finished (partial rollouts' first steps): no rate, no expansion
+            stats["batch/truncation_rate_sampled"] = sum(map(is_truncated, finished)) / len(
+                finished
+            )
+        if self.pool is not None:
+            stats["batch/groups_in_flight"] = self.groups_in_flight()
+        return batch, stats
 
     async def step(self) -> dict:
         start = time.perf_counter()
@@ -273,17 +358,22 @@ class RLTrainer:
             segment_tokens=cfg.segment_tokens or None,
             segment_tool_calls=cfg.segment_tool_calls or None,
         )
-        kept, batch_stats = await self.collect(settings)
+        batch, batch_stats = await self.collect(settings)
         if self.pool is not None:
             batch_stats.update(self.pool.stats())
         rollout_s = time.perf_counter() - start
-        trajs = [t for group in kept for t in group]
         metrics: dict = {"variant": self.variant, "phase": "rl", "step": self.state.step}
+        metrics.update({"rl/budget": budget, "rl/max_model_tokens": max_tokens})
         metrics.update(batch_stats)
-        if trajs:
-            metrics.update(self.rollout_metrics(trajs, max_tokens, budget))
-            metrics.update(self.update(trajs, max_tokens))
-        truncation = metrics.get("train/truncation_rate", 0.0)
+        if batch:
+            trajs = [t for group in batch for t in group]
+            rewards = torch.tensor([t.meta["reward"] for t in trajs], dtype=torch.float)
+            metrics.update(self.rollout_metrics(trajs, rewards))
+            metrics.update(self.update(trajs, max_tokens, rewards))
+            self.state.updates += 1
+        metrics["train/updated"] = int(bool(batch))
+        metrics["train/updates"] = self.state.updates
+        truncation = metrics.get("batch/truncation_rate_sampled", 0.0)
         if cfg.stages and truncation > cfg.expansion_threshold:
             self.state.stage = min(self.state.stage + 1, len(cfg.stages) - 1)
         self.state.step += 1
@@ -294,12 +384,11 @@ class RLTrainer:
             self.logger.log(metrics)
         return metrics
 
-    def rollout_metrics(self, trajs: list[Trajectory], max_tokens: int, budget: int) -> dict:
+    def rollout_metrics(self, trajs: list[Trajectory], rewards: torch.Tensor) -> dict:
+        """Statistics of the trained batch (`rewards` [B], one per trajectory)."""
         n = len(trajs)
         return {
-            "rl/budget": budget,
-            "rl/max_model_tokens": max_tokens,
-            "train/reward_mean": float(self.rewards_of(trajs, max_tokens).mean()),
+            "train/reward_mean": float(rewards.mean()),
             "train/accuracy": sum(bool(t.meta["correct"]) for t in trajs) / n,
             "train/truncation_rate": sum(is_truncated(t) for t in trajs) / n,
             "length/model_tokens_mean": sum(t.num_model_tokens for t in trajs) / n,
@@ -308,9 +397,12 @@ class RLTrainer:
         }
 
     # ------------------------------------------------------------------ the update
-    def update(self, trajs: list[Trajectory], max_tokens: int) -> dict:
+    def update(
+        self, trajs: list[Trajectory], max_tokens: int, rewards: torch.Tensor | None = None
+    ) -> dict:
+        """Optimizer steps on one batch; `rewards` [B] (default: `rewards_of(trajs)`)."""
         cfg = self.cfg
-        rewards = self.rewards_of(trajs, max_tokens)
+        rewards = self.rewards_of(trajs, max_tokens) if rewards is None else rewards
         groups = torch.tensor([t.meta["task"] for t in trajs])
         batch = collate(trajs, self.pad_id, cfg.mask_tool_output).to(self.device)
         token_adv = token_advantages(
@@ -346,6 +438,7 @@ class RLTrainer:
         groups_uniform = uniform_groups(rewards, groups)
         return {
             "train/lr": self.schedule.get_last_lr()[0],
+            "train/groups": len(groups_uniform),
             "train/uniform_group_share": float(groups_uniform.float().mean()),
             "rollout/logprob_gap": float(gap),
             **{k: sum(m[k] for m in per_update) / len(per_update) for k in per_update[0]},
@@ -392,11 +485,15 @@ class RLTrainer:
                 # restart from their prompts after a resume (their sessions die with us).
                 "pending": {t: [x.to_dict() for x in xs] for t, xs in self.pending.items()},
                 "restart": self.carried_metas(),
+                # Usable groups waiting for the next update: on-policy, so a resume trains
+                # on exactly what the uninterrupted run would have.
+                "ready": [[x.to_dict() for x in group] for group in self.ready],
                 "config": dataclasses.asdict(self.cfg),
             }
-            tmp = path.with_suffix(".tmp")
-            torch.save(payload, tmp)
-            tmp.replace(path)  # a run killed while saving keeps the previous checkpoint
+            from tirl.files import open_replacing  # whole or not at all; ENOSPC as OSError
+
+            with open_replacing(path) as f:  # a crash while saving keeps the previous one
+                torch.save(payload, f)
         return path
 
     def load_checkpoint(self, directory: Path) -> None:
@@ -406,7 +503,13 @@ class RLTrainer:
         path = Path(directory) / "trainer.pt"
         if not path.exists():
             raise FileNotFoundError(f"no checkpoint at {path}")
-        payload = torch.load(path, map_location="cpu", weights_only=False)
+        from tirl.files import read_whole  # a damaged checkpoint: one line that says so
+
+        payload = read_whole(
+            path,
+            lambda f: torch.load(f, map_location="cpu", weights_only=False),
+            f"delete {path.parent} to start RL over from the SFT model",
+        )
         # set_state_dict builds the optimizer's state by a zero step, which it skips when
         # gradients are present (e.g. left by an earlier run of the same model object).
         self.model.zero_grad(set_to_none=True)
@@ -426,4 +529,6 @@ class RLTrainer:
             t: [Trajectory.from_dict(x) for x in xs] for t, xs in payload["pending"].items()
         }
         self.restart = payload["restart"]
+        ready = payload.get("ready", [])  # absent from checkpoints written before it was kept
+        self.ready = [[Trajectory.from_dict(x) for x in group] for group in ready]
         self.sync_rollout_weights()
