@@ -1,7 +1,8 @@
 """`tirl synth run` against `tirl serve` with a tiny untrained model (CPU, loopback only).
 
-`tirl serve` offers only /v1/completions, so the client's fallback from chat is exercised; the
-model writes garbage, so nearly everything is rejected at the format stage. What must hold:
+The tiny tokenizer has no chat template, so `tirl serve` answers /v1/chat/completions with a
+400 and the client's fallback to /v1/completions is exercised; the model writes garbage, so
+nearly everything is rejected at the format stage. What must hold:
 per stage, in = kept + rejected; tokens come from the server's `usage`; a resumed run sends no
 request (the server's request counter does not move).
 """
@@ -15,14 +16,18 @@ import pytest
 from conftest import tirl_serve
 
 from tirl.config import load_config
+from tirl.models.tiny import TinyModelSpec, build_model
 from tirl.synth.config import SynthConfig
 from tirl.synth.pipeline import run_pipeline
 from tirl.synth.report import stage_stats, usage_stats
 
 
 @pytest.fixture()
-def served_tiny_model(tiny_model, tokenizer, tmp_path):
-    with tirl_serve(tiny_model, tokenizer, tmp_path / "model") as url:
+def served_tiny_model(tokenizer, tmp_path):
+    # Room for the synth prompts (about 500 tokens): the server refuses longer ones with a 400.
+    spec = TinyModelSpec(hidden_size=64, layers=2, heads=2, max_positions=1024)
+    model = build_model(tokenizer, spec, seed=0).eval()
+    with tirl_serve(model, tokenizer, tmp_path / "model") as url:
         yield url
 
 
@@ -60,8 +65,8 @@ def test_pipeline_against_tirl_serve_counts_every_rejection(served_tiny_model, t
         (out / "trajectories.jsonl").read_text().splitlines()
     )
     (teacher,) = [u for u in usage_stats(out, {}) if u["role"] == "teacher"]
-    # The tiny model's 256 positions are fewer than the prompt's, so it may write nothing:
-    # the point is that usage came back from the server and was counted.
+    # The untrained model writes garbage: the point is that usage came back from the server
+    # and was counted.
     assert teacher["requests"] == 4 and teacher["prompt_tokens"] > 4 * 100
     sent = _served_requests(url)
     run_pipeline(cfg, str(data), out, resume=True)

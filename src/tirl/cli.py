@@ -21,6 +21,7 @@ from tirl.cliargs import (
 )
 from tirl.config import ConfigError, describe, dump_yaml, load_config, to_dict
 from tirl.envs.cli import add_envs_parser
+from tirl.eval.evaluate import FailedSamplesError, check_failed_share  # light: no torch
 from tirl.synth.cli import add_synth_parser
 
 DEFAULT_CONFIG = "quickstart.yaml"
@@ -41,6 +42,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     if cfg.model.name_or_path:
         check_model_source(cfg.model.name_or_path, "model.name_or_path")
     require_device(cfg.device)
+    from tirl.train.run_folder import check_run_folder
+
+    check_run_folder(cfg.out_dir, cfg.name, resume=args.resume)
     from tirl.quickstart import run_quickstart
 
     run_dir, results = run_quickstart(cfg, resume=args.resume)
@@ -90,7 +94,7 @@ def _is_url(model: str) -> bool:
 
 def _policy(args: argparse.Namespace, cfg):
     """(model or None for a server URL, tokenizer), checked before anything slow runs."""
-    from tirl.models.tiny import load_policy
+    from tirl.models.tiny import load_policy, loading
 
     if _is_url(args.model):
         if not args.tokenizer:
@@ -98,9 +102,9 @@ def _policy(args: argparse.Namespace, cfg):
         from transformers import AutoTokenizer
 
         check_model_source(args.tokenizer, "--tokenizer", need_weights=False)
-        return None, _loading(args.tokenizer, AutoTokenizer.from_pretrained)
+        return None, loading(args.tokenizer, AutoTokenizer.from_pretrained)
     check_model_source(args.model, "model")
-    model, tokenizer = _loading(args.model, load_policy)
+    model, tokenizer = load_policy(args.model)
     return model.to(cfg.device).eval(), tokenizer
 
 
@@ -120,24 +124,16 @@ def check_model_source(name: str, what: str, need_weights: bool = True) -> None:
         raise ConfigError(f"{what} {name}: the folder holds no saved model (no {wanted})")
 
 
-def _loading(name: str, load):
-    """`load(name)`, with a model that cannot be loaded reported in one line."""
-    try:
-        return load(name)
-    except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"cannot load model {name!r}: {first}") from None
-
-
 class _Engine:
     """The HF engine for a local model, the OpenAI-compatible client for a server URL."""
 
     def __init__(self, args, cfg, model, tokenizer) -> None:
         from tirl.backends.hf import HFEngine
         from tirl.backends.openai import OpenAIEngine
+        from tirl.httpauth import client_key
 
-        if model is None:
-            self.engine = OpenAIEngine(args.model, tokenizer, seed=cfg.seed)
+        if model is None:  # sends $TIRL_API_KEY, when set, as the server's bearer key
+            self.engine = OpenAIEngine(args.model, tokenizer, seed=cfg.seed, api_key=client_key())
         else:
             self.engine = HFEngine(
                 model, tokenizer.eos_token_id, max_batch=cfg.rollout_batch, seed=cfg.seed
@@ -156,18 +152,20 @@ class _Engine:
 def cmd_eval(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
-    from tirl.envs.arithmetic import ArithmeticEnv
-    from tirl.quickstart import evaluate_policy
-    from tirl.rollout.runner import Rollout
     from tirl.sandbox import Sandbox, SandboxLimits
 
     hf_logging.set_verbosity_error()
     cfg = _load_run_config(args.config, args.overrides)
+    require_device(cfg.device)
     items = _benchmark_items(args) if args.benchmark else None  # before the model: fail fast
     model, tokenizer = _policy(args, cfg)
     limits = SandboxLimits(timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
     if items is not None:
         return _eval_benchmarks(args, cfg, model, tokenizer, limits, items)
+    from tirl.envs.arithmetic import ArithmeticEnv
+    from tirl.quickstart import evaluate_policy  # the quickstart's report stack: only here
+    from tirl.rollout.runner import Rollout
+
     tasks = ArithmeticEnv(tuple(cfg.task.kinds), cfg.task.digits, cfg.seed).items(
         "test", cfg.task.test_items
     )
@@ -180,16 +178,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 )
             return metrics
 
-    print(json.dumps(asyncio.run(run()), indent=2))
+    metrics = asyncio.run(run())
+    print(json.dumps(metrics, indent=2))
+    check_failed_share(
+        metrics["eval/failed"],
+        metrics["eval/samples"],
+        cfg.eval.max_failed_share,
+        "tirl eval",
+        "rerun to evaluate again",
+    )  # FailedSamplesError: main prints it, exit code 1
     return 0
 
 
-def _benchmark_items(args: argparse.Namespace) -> dict[str, list]:
-    """The items of every --benchmark, loaded before any model work so a typo fails fast."""
+def _benchmark_items(args: argparse.Namespace) -> dict[str, tuple[list, str]]:
+    """(items, source) of every --benchmark by its unique report name (`benchmark_keys`),
+    loaded before any model work so a typo fails fast."""
+    from tirl.eval.benchmark_eval import benchmark_keys, benchmark_source
     from tirl.eval.benchmarks import load_benchmark, load_races
 
+    names = [n.strip() for spec in args.benchmark for n in spec.split(",") if n.strip()]
+    keys = benchmark_keys(names)
     items = {}
-    for name in (n.strip() for spec in args.benchmark for n in spec.split(",") if n.strip()):
+    for name in dict.fromkeys(names):
+        if keys[name] in items:
+            continue  # the same file named twice
         try:
             loaded = (
                 load_races(args.limit or 200)
@@ -198,14 +210,15 @@ def _benchmark_items(args: argparse.Namespace) -> dict[str, list]:
             )
         except (ValueError, ImportError) as e:
             raise ConfigError(f"--benchmark {name}: {e}") from None
-        key = Path(name).stem if Path(name).suffix in (".jsonl", ".parquet") else name
-        items[key] = loaded[: args.limit] if args.limit else loaded
+        items[keys[name]] = (loaded[: args.limit] if args.limit else loaded, benchmark_source(name))
     return items
 
 
 def _eval_benchmarks(args, cfg, model, tokenizer, limits, items) -> int:
-    """`tirl eval MODEL --benchmark ...`: resumable benchmark evaluation with the tool loop."""
+    """`tirl eval MODEL --benchmark ...`: resumable benchmark evaluation with the tool loop, in
+    a locked --out folder; exit code 1 when too many samples failed (a rerun retries them)."""
     from tirl.eval.benchmark_eval import benchmark_metrics, run_benchmark, write_benchmark_report
+    from tirl.files import lock_folder
     from tirl.rewards.verify import verify_answer
     from tirl.rollout.runner import Rollout, RolloutSettings
     from tirl.sandbox import Sandbox
@@ -225,30 +238,78 @@ def _eval_benchmarks(args, cfg, model, tokenizer, limits, items) -> int:
         async with Sandbox(limits, preload=tuple(cfg.sandbox.preload)) as sandbox:
             async with _Engine(args, cfg, model, tokenizer) as engine:
                 rollout = Rollout(engine, tokenizer, sandbox)
-                for name, its in items.items():
+                for name, (its, source) in items.items():
                     records = await run_benchmark(
-                        rollout, name, its, settings, k, out_dir, verify_answer
+                        rollout, name, its, settings, k, out_dir, verify_answer, source=source
                     )
                     results[name] = benchmark_metrics(records, k)
         return results
 
-    results = asyncio.run(run())
-    paths = write_benchmark_report(results, out_dir, f"tirl eval {args.model}")
     from tirl.eval.viewer import load_trajectories, write_viewer
 
-    trajs = load_trajectories(out_dir)
-    paths.append(write_viewer(trajs, out_dir / "viewer.html", "tirl eval", tokenizer=tokenizer))
+    with lock_folder(out_dir, "eval"):  # a second eval on this folder is refused, naming us
+        results = asyncio.run(run())
+        paths = write_benchmark_report(results, out_dir, f"tirl eval {args.model}")
+        trajs = load_trajectories(out_dir)
+        viewer = write_viewer(trajs, out_dir / "viewer.html", "tirl eval", tokenizer=tokenizer)
+    paths.append(viewer)
     print((out_dir / "report.md").read_text())
     print("wrote " + ", ".join(str(p) for p in paths))
+    failed = sum(m["n_failed"] for m in results.values())
+    total = sum(m["n_samples"] for m in results.values())
+    error = next((m["failed_error"] for m in results.values() if m.get("failed_error")), "")
+    rerun = "rerun the same command to retry them"
+    check_failed_share(failed, total, cfg.eval.max_failed_share, "tirl eval", rerun, error)
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    key = _server_key(args)  # before the model loads: a refused bind fails at once
     from tirl.backends.server import serve
 
     check_model_source(args.model, "model")
-    serve(args.model, args.host, args.port, args.max_batch)
+    serve(
+        args.model,
+        args.host,
+        args.port,
+        args.max_batch,
+        api_key=key,
+        insecure_no_auth=args.insecure_no_auth,
+    )
     return 0
+
+
+def _server_key(args: argparse.Namespace) -> str | None:
+    """The API key of `tirl serve` / `tirl sandbox serve` (tirl.httpauth), or None; refuses a
+    non-loopback --host without one unless --insecure-no-auth."""
+    from tirl.httpauth import APIKeyError, bind_refusal, key_from_env
+
+    try:
+        key = key_from_env(args.api_key_env)
+    except APIKeyError as e:
+        raise ConfigError(f"--api-key-env: {e}") from None
+    refusal = bind_refusal(args.host, key, args.insecure_no_auth, "--api-key-env")
+    if refusal:
+        raise ConfigError(f"--host: {refusal}")
+    return key
+
+
+def _add_auth_args(p: argparse.ArgumentParser) -> None:
+    """The API-key flags of the two servers (the key itself never goes on the command line,
+    where `ps` would show it)."""
+    p.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="environment variable holding the API key clients must send as"
+        " 'Authorization: Bearer <key>' (default: TIRL_API_KEY, if set; naming a variable"
+        " that is unset is an error)",
+    )
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="allow a non-loopback --host without an API key (anyone who can reach the port"
+        " can use the server)",
+    )
 
 
 def cmd_view(args: argparse.Namespace) -> int:
@@ -265,8 +326,10 @@ def cmd_view(args: argparse.Namespace) -> int:
     if args.tokenizer:
         from transformers import AutoTokenizer
 
+        from tirl.models.tiny import loading
+
         check_model_source(args.tokenizer, "--tokenizer", need_weights=False)
-        tokenizer = _loading(args.tokenizer, AutoTokenizer.from_pretrained)
+        tokenizer = loading(args.tokenizer, AutoTokenizer.from_pretrained)
     elif path.is_dir():
         tokenizer = find_tokenizer(path)
     out = args.output or (path if path.is_dir() else path.parent) / "viewer.html"
@@ -277,6 +340,8 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 def cmd_sandbox_serve(args: argparse.Namespace) -> int:
     import importlib.util
+
+    key = _server_key(args)
 
     from tirl.sandbox.api import SandboxError
     from tirl.sandbox.http import serve
@@ -309,6 +374,8 @@ def cmd_sandbox_serve(args: argparse.Namespace) -> int:
             args.port,
             args.max_timeout_s,
             args.idle_ttl_s,
+            api_key=key,
+            insecure_no_auth=args.insecure_no_auth,
         )
     except SandboxError as err:
         print(f"tirl: error: {err}", file=sys.stderr)
@@ -447,10 +514,12 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="serve sandbox sessions over HTTP until SIGTERM or Ctrl-C",
         description="Serve stateful sandbox sessions over a JSON HTTP API (see"
-        " tirl.sandbox.http). There is no authentication: keep it on 127.0.0.1 or a"
-        " private network.",
+        " tirl.sandbox.http). Anyone who can use it can run code as you: with $TIRL_API_KEY"
+        " set, every request must carry 'Authorization: Bearer <key>'; without a key it only"
+        " binds loopback.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    _add_auth_args(p)
     p.add_argument(
         "--port",
         type=number(int, "[0, 65535]"),
@@ -506,9 +575,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_sandbox_serve, config=None, overrides=[])  # see _split_overrides
 
-    p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible completions API")
+    p = sub.add_parser(
+        "serve",
+        help="serve a model over an OpenAI-compatible API (completions, chat, streaming)",
+        description="Serve a model over an OpenAI-compatible API (see tirl.backends.server)."
+        " With $TIRL_API_KEY set, every request must carry 'Authorization: Bearer <key>';"
+        " without a key it only binds loopback.",
+    )
     p.add_argument("model", help="model folder or hub name")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    _add_auth_args(p)
     p.add_argument(
         "--port",
         type=number(int, "[0, 65535]"),
@@ -559,7 +635,7 @@ def _is_file(text: str) -> bool:
 
 # Errors of the machine rather than of tirl: one line each (with the file), no traceback.
 _PATH_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR}
-_PATH_ERRORS.add(errno.ENAMETOOLONG)
+_PATH_ERRORS |= {errno.ENAMETOOLONG, errno.EEXIST}
 _SPACE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
@@ -579,6 +655,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"tirl: error: {err}", file=sys.stderr)
         return 2
+    except FailedSamplesError as err:  # results are kept; a rerun retries the failed samples
+        print(f"tirl: error: {err}", file=sys.stderr)
+        return 1
     except OSError as err:
         if err.errno not in _PATH_ERRORS | _SPACE_ERRORS or os.environ.get("TIRL_DEBUG"):
             raise

@@ -195,7 +195,25 @@ class HFEngine:
         self._executor.shutdown(wait=False)
 
     # ------------------------------------------------------------------ step loop
+    def loop_alive(self) -> bool:
+        """False when requests are in flight but no step loop runs to serve them: the loop
+        died of an exception it could not pin on requests (only a BaseException can do that)."""
+        waiting = bool(self._waiting) and self.admission == "continuous"
+        if not (self._active or waiting):
+            return True
+        return self._loop_task is not None and not self._loop_task.done()
+
     async def _run(self) -> None:
+        try:
+            await self._steps()
+        except Exception as exc:  # a fault no request can be blamed for: fail all, hang none
+            for req in self._waiting + self._active:
+                self.release(req.key)
+                if not req.future.done():
+                    req.future.set_exception(exc)
+            self._waiting, self._active = [], []
+
+    async def _steps(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             self._drop_cancelled()
@@ -212,7 +230,13 @@ class HFEngine:
                 self._active = [r for r in self._active if r not in batch]
                 continue
             for req, (token, logprob) in zip(batch, sampled):
-                self._advance(req, token, logprob)
+                try:
+                    self._advance(req, token, logprob)
+                except Exception as exc:  # its stop function raised: that request fails alone
+                    if req in self._active:
+                        self._active.remove(req)
+                    if not req.future.done():
+                        req.future.set_exception(exc)
             await asyncio.sleep(0)  # let sandbox results and new requests in
 
     def _admit(self) -> None:

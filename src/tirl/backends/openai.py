@@ -12,6 +12,13 @@ Code boundaries: a server cannot run the rollout's stop function (e.g. CIR's exa
 closing fence), so the engine asks it to stop at the protocol's `server_stop` strings ("```" for
 fences) and checks the function itself. A stop that is not a boundary (a fence that opens a
 block) is not one: generation simply continues, one more request.
+
+Context: when the server says how long its context is (`max_model_len` in `/v1/models`, as
+vLLM and `tirl serve` do), a request never asks for more tokens than fit, and a sequence that
+has filled the context ends with "length" and no request, exactly as `HFEngine` does.
+
+Authentication: `api_key` (default `$TIRL_API_KEY` when set) is sent as
+`Authorization: Bearer <key>` with every request (`tirl.httpauth`).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import aiohttp
 
 from tirl.backends.hf import GenOutput, StopFn
 from tirl.backends.server_stops import generate_with_server_stops
+from tirl.httpauth import bearer, client_key
 
 FENCE = "```"
 
@@ -37,25 +45,45 @@ class OpenAIEngine:
         max_concurrency: int = 64,
         timeout_s: float = 600.0,
         seed: int | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.tokenizer = tokenizer
         self.model = model
         self.seed = seed
+        self.max_model_len: int | None = None  # from /v1/models, when the server says
+        self._headers = bearer(client_key(api_key))
         self.exact_ids = True  # False once the server answered with text only
         self._history: dict[object, list[int]] = {}
         self._limit = asyncio.Semaphore(max_concurrency)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._http: aiohttp.ClientSession | None = None
+        self._described = False
 
     async def _session(self) -> aiohttp.ClientSession:
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=self._timeout, trust_env=False)
-            if self.model is None:
-                async with self._http.get(f"{self.base_url}/v1/models") as r:
-                    r.raise_for_status()
-                    self.model = (await r.json())["data"][0]["id"]
+            self._http = aiohttp.ClientSession(
+                timeout=self._timeout, trust_env=False, headers=self._headers
+            )
+        if not self._described:
+            await self._describe(self._http)
         return self._http
+
+    async def _describe(self, http: aiohttp.ClientSession) -> None:
+        """The model name (unless given) and its context length, from /v1/models."""
+        async with http.get(f"{self.base_url}/v1/models") as r:
+            if r.status != 200:
+                if self.model is not None and r.status in (404, 405):  # no model list: fine
+                    self._described = True
+                    return
+                raise RuntimeError(f"{self.base_url} answered {r.status}: {(await r.text())[:300]}")
+            cards = (await r.json())["data"]
+        card = next((c for c in cards if c.get("id") == self.model), cards[0])
+        if self.model is None:
+            self.model = card["id"]
+        if isinstance(card.get("max_model_len"), int):
+            self.max_model_len = card["max_model_len"]
+        self._described = True
 
     async def _complete(
         self,
@@ -65,6 +93,7 @@ class OpenAIEngine:
         stops: tuple[str, ...],
         seed: int | None = None,
     ):
+        http = await self._session()  # first: it learns the model name
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": ids,
@@ -79,7 +108,11 @@ class OpenAIEngine:
             body["stop"] = list(stops)
         if seed is not None or self.seed is not None:
             body["seed"] = seed if seed is not None else self.seed
-        http = await self._session()
+        if self.max_model_len is not None:  # what HFEngine does: never past the context
+            room = self.max_model_len - len(ids)
+            if room <= 0:
+                return {"token_ids": [], "finish_reason": "length", "logprobs": None}
+            body["max_tokens"] = min(max_tokens, room)
         async with self._limit, http.post(f"{self.base_url}/v1/completions", json=body) as r:
             if r.status != 200:
                 raise RuntimeError(f"{self.base_url} answered {r.status}: {(await r.text())[:300]}")

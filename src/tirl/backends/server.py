@@ -1,150 +1,476 @@
-"""`tirl serve`: the HF backend behind an OpenAI-compatible completions API, on loopback.
+"""`tirl serve`: the HF backend behind an OpenAI-compatible API.
 
 It exists so the HTTP path (`tirl.backends.openai.OpenAIEngine`, which also talks to vLLM and
 SGLang) is exercised against a real server, and so a small model can be shared by several
-evaluation processes. Endpoints: `GET /v1/models`, `GET /health`, `POST /v1/completions` with
-`prompt` (text or token ids), `max_tokens`, `temperature`, `stop` (strings), `seed`, and the vLLM
-extensions `return_token_ids`, `include_stop_str_in_output` and `logprobs`. Every request joins
-the engine's continuous batch. One choice per request (`n` = 1); no streaming.
+evaluation processes. Endpoints:
+
+- `GET /v1/models` (with vLLM's `max_model_len`), `GET /v1/models/{id}`;
+- `POST /v1/completions`: `prompt` as text, token ids, or a list of either;
+- `POST /v1/chat/completions`: `messages` rendered with the tokenizer's chat template
+  (`add_generation_prompt=True`); 400 when the tokenizer has none;
+- `GET /health`: 200 while the engine's step loop serves requests, 503 once it has died.
+
+Both generation endpoints take `max_tokens`, `temperature`, `n` (each choice has its own seed
+stream: choice 0 uses `seed` itself, so `n = 1` is the same request as before), `stop`, `seed`,
+`stream` (server-sent events as the OpenAI API sends them: `data: {chunk}` lines, then
+`data: [DONE]`; `stream_options.include_usage` adds a usage chunk) and vLLM's
+`return_token_ids`, `include_stop_str_in_output`, `skip_special_tokens`; completions also take
+`logprobs` (0 or 1). What the server accepts, and the 400 for everything else, is in
+`tirl.backends.server_requests`: every request is checked whole before it joins the engine's
+continuous batch, so no request can fail another.
+
+Failures: a request whose generation fails gets a 500 of its own; the step loop goes on (see
+`HFEngine`: a step that fails fails only that step's requests). Every error is JSON,
+`{"error": {"message", "type", "param", "code"}}`, `param` naming the field at fault.
+
+Authentication (`tirl.httpauth`): with an API key every route but `/health` needs
+`Authorization: Bearer <key>` (401 otherwise); `/health` without the key says only its status.
+
+Limits: log-probs are those of the unscaled policy (temperature 1) and only of the sampled
+tokens; streamed text is held back while it could still become a stop string or an incomplete
+UTF-8 character, and assumes the tokenizer's decoding of a prefix is a prefix of the decoding
+of the whole (true of byte-level BPE); no top_p/top_k, penalties, logit bias, echo, tools.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import sys
 import time
+import traceback
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from tirl.backends.hf import HFEngine
+from tirl.backends.server_requests import (
+    BadRequest,
+    GenerationRequest,
+    ModelLimits,
+    parse_body,
+    parse_chat,
+    parse_completion,
+)
+from tirl.httpauth import auth_middleware, bind_refusal, is_loopback, redact_health
+
+MAX_BODY_BYTES = 16 << 20
 
 
-def _bad(message: str) -> web.Response:
-    return web.json_response(
-        {"error": {"message": message, "type": "invalid_request_error"}}, status=400
-    )
+def error_response(
+    status: int,
+    message: str,
+    param: str | None = None,
+    code: str | None = None,
+    kind: str | None = None,
+) -> web.Response:
+    kind = kind or ("server_error" if status >= 500 else "invalid_request_error")
+    if code is None and status == 401:
+        code = "invalid_api_key"
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return web.json_response(body, status=status)
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """aiohttp's own errors (no such route, wrong method, body too large) as JSON too, and an
+    unexpected exception as a 500 of this request alone."""
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        if e.status == 413:
+            return error_response(413, f"the request body exceeds {MAX_BODY_BYTES} bytes", "body")
+        response = error_response(e.status, f"{e.reason}: {request.method} {request.path}")
+        if "Allow" in e.headers:
+            response.headers["Allow"] = e.headers["Allow"]
+        return response
+    except (ConnectionError, asyncio.CancelledError):
+        raise  # the client went away: there is nobody to answer
+    except Exception as e:
+        traceback.print_exc(file=sys.stderr)
+        return error_response(500, f"internal error: {type(e).__name__}: {e}")
+
+
+@dataclass
+class _Choice:
+    ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str
+    stop_reason: str | None
+
+
+def choice_seed(seed: int | None, j: int) -> int | None:
+    """The seed of choice `j` of a request with `seed`: the seed itself for choice 0 (so `n = 1`
+    is unchanged), a hash of (seed, j) in [0, 2**63) for the others, so that choice j of seed s
+    never equals choice 0 of another seed s + j."""
+    if seed is None or j == 0:
+        return seed
+    digest = hashlib.sha256(f"tirl-serve-choice:{seed}:{j}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+# Called from the engine's step loop with (new ids so far, their decoded text); must not block.
+TokenHook = Callable[[list[int], str], None]
 
 
 class CompletionServer:
-    def __init__(self, engine: HFEngine, tokenizer, model_name: str) -> None:
+    def __init__(
+        self, engine: HFEngine, tokenizer, model_name: str, api_key: str | None = None
+    ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.model_name = model_name
-        self.requests = 0
+        self.api_key = api_key
+        vocab = engine.model.get_input_embeddings().num_embeddings
+        self.limits = ModelLimits(frozenset({model_name}), vocab, engine.max_len)
+        self.requests = 0  # accepted generation requests
+        self.failures = 0  # of which failed in the engine (answered 500)
+        self.created = int(time.time())
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=16 << 20)
+        app = web.Application(
+            client_max_size=MAX_BODY_BYTES,
+            middlewares=[_json_errors, auth_middleware(self.api_key, error_response)],
+        )
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/v1/models/{model:.+}", self.model)
         app.router.add_get("/health", self.health)
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
         return app
 
+    # -- small endpoints ---------------------------------------------------------------------
+
+    def _model_card(self) -> dict[str, Any]:
+        return {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "tirl",
+            "max_model_len": self.limits.max_len,
+        }
+
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response(
-            {"object": "list", "data": [{"id": self.model_name, "object": "model"}]}
-        )
+        return web.json_response({"object": "list", "data": [self._model_card()]})
+
+    async def model(self, request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        if name != self.model_name:
+            return error_response(
+                404, f"the model {name!r} does not exist here", "model", "model_not_found"
+            )
+        return web.json_response(self._model_card())
 
     async def health(self, request: web.Request) -> web.Response:
-        return web.json_response(
-            {"status": "ok", "model": self.model_name, "requests": self.requests}
-        )
+        alive = self.engine.loop_alive()
+        details: dict[str, Any] = {
+            "status": "ok" if alive else "unhealthy",
+            "model": self.model_name,
+            "requests": self.requests,
+            "failed_requests": self.failures,
+        }
+        if not alive:
+            details["reason"] = "the engine's step loop died: requests in flight cannot finish"
+        return web.json_response(redact_health(request, details), status=200 if alive else 503)
 
-    async def completions(self, request: web.Request) -> web.Response:
+    # -- generation --------------------------------------------------------------------------
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, parse_completion)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, parse_chat)
+
+    async def _serve(self, request: web.Request, parse) -> web.StreamResponse:
+        raw = await request.read()  # over MAX_BODY_BYTES: a 413 from the middleware
         try:
-            body = await request.json()
-        except ValueError:
-            return _bad("the body is not JSON")
-        prompt = body.get("prompt")
-        if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt, add_special_tokens=False)
-        elif isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
-            ids = list(prompt)
-        else:
-            return _bad("prompt must be a string or a non-empty list of token ids")
-        max_tokens = body.get("max_tokens", 16)
-        temperature = body.get("temperature", 1.0)
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            return _bad("max_tokens must be a positive integer")
-        if not isinstance(temperature, (int, float)) or temperature < 0:
-            return _bad("temperature must be a non-negative number")
-        seed = body.get("seed")
-        if seed is not None and not isinstance(seed, int):
-            return _bad("seed must be an integer")
-        stops = body.get("stop") or []
-        stops = [stops] if isinstance(stops, str) else list(stops)
+            req = parse(parse_body(raw), self.limits, self.tokenizer)
+        except BadRequest as e:
+            return error_response(e.status, str(e), e.param, e.code)
         self.requests += 1
+        rid = ("chatcmpl-" if req.chat else "cmpl-") + uuid.uuid4().hex
+        if req.stream:
+            return await self._stream(request, req, rid)
+        jobs = [
+            self._choice(req, ids, m, choice_seed(req.seed, j))
+            for ids, m in zip(req.prompts, req.max_tokens)
+            for j in range(req.n)
+        ]
+        try:
+            choices = await _all_or_none(jobs)
+        except Exception as e:  # the engine failed this request; the loop serves the others
+            self.failures += 1
+            traceback.print_exc(file=sys.stderr)
+            return error_response(500, f"generation failed: {type(e).__name__}: {e}")
+        body = self._envelope(req, rid)
+        body["choices"] = [self._choice_json(req, i, c) for i, c in enumerate(choices)]
+        body["usage"] = self._usage(req, choices)
+        return web.json_response(body)
+
+    async def _choice(
+        self,
+        req: GenerationRequest,
+        ids: list[int],
+        max_tokens: int,
+        seed: int | None,
+        on_token: TokenHook | None = None,
+    ) -> _Choice:
+        """One choice through the engine's continuous batch."""
         key = uuid.uuid4().hex
         hit: list[str] = []
 
+        def decode(new_ids: list[int]) -> str:
+            return self.tokenizer.decode(new_ids, skip_special_tokens=req.skip_special)
+
         def stop_fn(new_ids: list[int]) -> bool:
-            text = self.tokenizer.decode(new_ids, skip_special_tokens=False)
-            found = [s for s in stops if s in text]
+            # The stop strings are matched in the text as it will be returned (same
+            # skip_special_tokens), so the one found is always there to cut at.
+            text = decode(new_ids)
+            found = [s for s in req.stops if s in text]
             if found:
                 hit.append(min(found, key=text.index))
-            return bool(found)
+                return True
+            if on_token is not None:
+                on_token(new_ids, text)
+            return False
 
         try:
             out = await self.engine.generate(
                 key,
                 ids,
                 max_new_tokens=max_tokens,
-                temperature=float(temperature),
-                stop=stop_fn if stops else None,
+                temperature=req.temperature,
+                stop=stop_fn if req.stops or on_token else None,
                 seed=seed,
             )
         finally:
             self.engine.release(key)
-        text = self.tokenizer.decode(
-            out.ids, skip_special_tokens=bool(body.get("skip_special_tokens", True))
-        )
+        text = decode(out.ids)
         finish, stop_reason = out.finish_reason, None
         if finish == "boundary":
             finish, stop_reason = "stop", hit[-1]
-            if not body.get("include_stop_str_in_output", False):
-                text = text[: text.index(stop_reason)]
-        choice: dict[str, Any] = {
-            "index": 0,
-            "text": text,
-            "finish_reason": finish,
-            "stop_reason": stop_reason,
+            if not req.include_stop:
+                cut = text.find(stop_reason)
+                text = text if cut < 0 else text[:cut]
+        return _Choice(out.ids, out.logprobs, text, finish, stop_reason)
+
+    def _envelope(self, req: GenerationRequest, rid: str, chunk: bool = False) -> dict[str, Any]:
+        kind = "chat.completion" if req.chat else "text_completion"
+        return {
+            "id": rid,
+            "object": kind + ".chunk" if chunk and req.chat else kind,
+            "created": int(time.time()),
+            "model": self.model_name,
         }
-        if body.get("return_token_ids"):
-            choice["token_ids"] = out.ids
-        if body.get("logprobs") is not None:
-            choice["logprobs"] = {"token_logprobs": out.logprobs}
-        return web.json_response(
-            {
-                "id": f"cmpl-{key}",
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": self.model_name,
-                "choices": [choice],
-                "usage": {
-                    "prompt_tokens": len(ids),
-                    "completion_tokens": len(out.ids),
-                    "total_tokens": len(ids) + len(out.ids),
-                },
-            }
+
+    def _choice_json(self, req: GenerationRequest, index: int, c: _Choice) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": index}
+        if req.chat:
+            out["message"] = {"role": "assistant", "content": c.text}
+            out["logprobs"] = None
+        else:
+            out["text"] = c.text
+            out["logprobs"] = None
+            if req.logprobs:
+                out["logprobs"] = {
+                    "tokens": [self.tokenizer.decode([i]) for i in c.ids],
+                    "token_logprobs": c.logprobs,
+                    "top_logprobs": None,
+                }
+        out["finish_reason"] = c.finish_reason
+        out["stop_reason"] = c.stop_reason
+        if req.return_token_ids:
+            out["token_ids"] = c.ids
+        return out
+
+    @staticmethod
+    def _usage(req: GenerationRequest, choices: list[_Choice]) -> dict[str, int]:
+        prompt = sum(len(p) for p in req.prompts)
+        completion = sum(len(c.ids) for c in choices)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    # -- streaming ---------------------------------------------------------------------------
+
+    async def _stream(
+        self, request: web.Request, req: GenerationRequest, rid: str
+    ) -> web.StreamResponse:
+        """Server-sent events: one chunk per choice and new text, a last chunk per choice with
+        its finish_reason, a usage chunk if asked, then `data: [DONE]`."""
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
+        await response.prepare(request)
+        events: asyncio.Queue = asyncio.Queue()
+        specs = [
+            (ids, m, choice_seed(req.seed, j))
+            for ids, m in zip(req.prompts, req.max_tokens)
+            for j in range(req.n)
+        ]
+        tasks = [
+            asyncio.ensure_future(self._streamed_choice(req, index, *spec, events))
+            for index, spec in enumerate(specs)
+        ]
+        finished = 0
+
+        async def send(data: dict[str, Any] | str) -> None:
+            text = data if isinstance(data, str) else json.dumps(data)
+            await response.write(f"data: {text}\n\n".encode())
+
+        try:
+            if req.chat:  # the role comes first, as the OpenAI API sends it
+                for index in range(len(specs)):
+                    await send(self._chunk(req, rid, index, "", [], None, None, role=True))
+            while finished < len(specs):
+                kind, index, payload = await events.get()
+                if kind == "error":
+                    self.failures += 1
+                    traceback.print_exception(payload, file=sys.stderr)
+                    message = f"generation failed: {type(payload).__name__}: {payload}"
+                    await send({"error": {"message": message, "type": "server_error"}})
+                    break
+                text, ids, finish, stop_reason = payload
+                await send(self._chunk(req, rid, index, text, ids, finish, stop_reason))
+                finished += kind == "end"
+            else:
+                if req.include_usage:
+                    usage = self._envelope(req, rid, chunk=True)
+                    usage.update(choices=[], usage=self._usage(req, [t.result() for t in tasks]))
+                    await send(usage)
+            await send("[DONE]")
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the client left; the finally below stops its generations
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return response
+
+    async def _streamed_choice(
+        self,
+        req: GenerationRequest,
+        index: int,
+        ids: list[int],
+        max_tokens: int,
+        seed: int | None,
+        events: asyncio.Queue,
+    ) -> _Choice:
+        # Text is sent only once it cannot become part of a stop string (the longest one's
+        # length - 1 characters are held back) nor turn out to be half a UTF-8 character.
+        hold = 0 if req.include_stop or not req.stops else max(map(len, req.stops)) - 1
+        sent_chars = sent_ids = 0
+
+        def on_token(new_ids: list[int], text: str) -> None:
+            nonlocal sent_chars, sent_ids
+            end = len(text) - hold
+            while end > sent_chars and text[end - 1] == "\ufffd":
+                end -= 1
+            delta = text[sent_chars:end] if end > sent_chars else ""
+            fresh = new_ids[sent_ids:] if req.return_token_ids else []
+            if delta or fresh:
+                events.put_nowait(("delta", index, (delta, fresh, None, None)))
+                sent_chars, sent_ids = max(end, sent_chars), len(new_ids)
+
+        try:
+            c = await self._choice(req, ids, max_tokens, seed, on_token)
+        except Exception as e:
+            events.put_nowait(("error", index, e))
+            raise
+        rest_ids = c.ids[sent_ids:] if req.return_token_ids else []
+        events.put_nowait(
+            ("end", index, (c.text[sent_chars:], rest_ids, c.finish_reason, c.stop_reason))
+        )
+        return c
+
+    def _chunk(
+        self,
+        req: GenerationRequest,
+        rid: str,
+        index: int,
+        text: str,
+        ids: list[int],
+        finish: str | None,
+        stop_reason: str | None,
+        role: bool = False,
+    ) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": index}
+        if req.chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+            if text:
+                delta["content"] = text
+            choice["delta"] = delta
+        else:
+            choice["text"] = text
+        choice["logprobs"] = None
+        choice["finish_reason"] = finish
+        if finish is not None:
+            choice["stop_reason"] = stop_reason
+        if req.return_token_ids and not role:
+            choice["token_ids"] = ids
+        return {**self._envelope(req, rid, chunk=True), "choices": [choice]}
 
 
-def serve(model_path: str, host: str, port: int, max_batch: int = 64, seed: int = 0) -> None:
-    """Run until SIGINT/SIGTERM; prints `tirl serve: listening on http://HOST:PORT` when ready."""
+async def _all_or_none(jobs: list) -> list:
+    """Await every job; if one fails, cancel the others and raise its error."""
+    tasks = [asyncio.ensure_future(j) for j in jobs]
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def serve(
+    model_path: str,
+    host: str,
+    port: int,
+    max_batch: int = 64,
+    seed: int = 0,
+    api_key: str | None = None,
+    insecure_no_auth: bool = False,
+) -> None:
+    """Run until SIGINT/SIGTERM; prints `tirl serve: listening on http://HOST:PORT` when ready.
+    Refuses (ValueError) a non-loopback `host` without `api_key` unless `insecure_no_auth`."""
+    refusal = bind_refusal(host, api_key, insecure_no_auth, "--api-key-env")
+    if refusal:
+        raise ValueError(refusal)
     from tirl.models.tiny import load_policy
 
     model, tokenizer = load_policy(model_path)
     model.eval()
     engine = HFEngine(model, tokenizer.eos_token_id, max_batch=max_batch, seed=seed)
-    server = CompletionServer(engine, tokenizer, model_path)
+    server = CompletionServer(engine, tokenizer, model_path, api_key=api_key)
 
     async def main() -> None:
-        runner = web.AppRunner(server.app())
+        # handler_cancellation: a client that hangs up stops its generation at the next step.
+        runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         await site.start()
-        bound = site._server.sockets[0].getsockname()[1]  # the real port when port is 0
-        print(f"tirl serve: listening on http://{host}:{bound}", flush=True)
+        bound = runner.addresses[0][1]  # the real port when port is 0
+        url_host = f"[{host}]" if ":" in host else host
+        print(f"tirl serve: listening on http://{url_host}:{bound}", flush=True)
+        if not is_loopback(host):
+            what = (
+                "no API key: anyone who can reach this port can use it"
+                if api_key is None
+                else ("no TLS: the API key and the traffic cross the network in clear text")
+            )
+            print(
+                f"tirl serve: warning: listening on {host} with {what}", file=sys.stderr, flush=True
+            )
         try:
             await asyncio.Event().wait()
         finally:

@@ -22,8 +22,13 @@ opens each new session on the server with the fewest live sessions of this clien
 every later call on that session to the same server. A session whose server stops answering
 returns Status.KILLED and is not alive; `restore()` replays its history on a server that answers.
 
-Security: there is no authentication. Anyone who can reach the port can run code as the user
-that runs the server, which is why it binds 127.0.0.1 unless told otherwise.
+Security: anyone who can use the server can run code as the user that runs it. With an API key
+(`api_key`; `tirl sandbox serve` reads `$TIRL_API_KEY`, or the variable `--api-key-env` names)
+every route but `/health` needs `Authorization: Bearer <key>` and answers 401 without it, and
+`/health` without the key says only its status (`tirl.httpauth`). Without a key the server
+refuses to bind anything but loopback unless told `insecure_no_auth`. `HTTPSandbox` sends
+`api_key`, or `$TIRL_API_KEY` when set. There is no TLS: off one machine, put a TLS proxy in
+front, or the key crosses the network in clear text.
 """
 
 from __future__ import annotations
@@ -43,6 +48,14 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from tirl.httpauth import (
+    auth_middleware,
+    bearer,
+    bind_refusal,
+    client_key,
+    is_loopback,
+    redact_health,
+)
 from tirl.sandbox.api import SandboxClient, SandboxError, SessionBase
 from tirl.sandbox.local import Sandbox, Session
 from tirl.sandbox.result import ExecResult, Status
@@ -99,10 +112,12 @@ class SandboxServer:
         sandbox: Sandbox,
         max_timeout_s: float = DEFAULT_MAX_TIMEOUT_S,
         idle_ttl_s: float = DEFAULT_IDLE_TTL_S,
+        api_key: str | None = None,
     ) -> None:
         if not max_timeout_s > 0 or not idle_ttl_s > 0:
             raise ValueError("max_timeout_s and idle_ttl_s must be positive")
         self.sandbox = sandbox
+        self.api_key = api_key  # None: no authentication (loopback only, see `serve`)
         self.max_timeout_s = max_timeout_s
         self.idle_ttl_s = idle_ttl_s
         self.started_at = time.monotonic()
@@ -111,7 +126,10 @@ class SandboxServer:
         self._reaper: asyncio.Task | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_REQUEST_BYTES, middlewares=[_json_errors])
+        app = web.Application(
+            client_max_size=MAX_REQUEST_BYTES,
+            middlewares=[_json_errors, auth_middleware(self.api_key, _json_error)],
+        )
         app.add_routes(
             [
                 web.post("/v1/sessions", self.open_session),
@@ -205,17 +223,20 @@ class SandboxServer:
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response(
-            {
-                "status": "ok",
-                "sessions": len(self._sessions),
-                "uptime_s": round(time.monotonic() - self.started_at, 3),
-                "limits": asdict(self.sandbox.limits),
-                "max_timeout_s": self.max_timeout_s,
-                "idle_ttl_s": self.idle_ttl_s,
-                "preload": list(self.sandbox.preload),
-                "pool_size": self.sandbox.pool_size,
-                "pid": os.getpid(),
-            }
+            redact_health(
+                request,
+                {
+                    "status": "ok",
+                    "sessions": len(self._sessions),
+                    "uptime_s": round(time.monotonic() - self.started_at, 3),
+                    "limits": asdict(self.sandbox.limits),
+                    "max_timeout_s": self.max_timeout_s,
+                    "idle_ttl_s": self.idle_ttl_s,
+                    "preload": list(self.sandbox.preload),
+                    "pool_size": self.sandbox.pool_size,
+                    "pid": os.getpid(),
+                },
+            )
         )
 
     async def metrics(self, request: web.Request) -> web.Response:
@@ -335,12 +356,20 @@ def serve(
     port: int = 8765,
     max_timeout_s: float = DEFAULT_MAX_TIMEOUT_S,
     idle_ttl_s: float = DEFAULT_IDLE_TTL_S,
+    api_key: str | None = None,
+    insecure_no_auth: bool = False,
 ) -> None:
     """Serve `sandbox` until SIGTERM or SIGINT, then close it (no process is left behind).
 
     Prints `tirl sandbox: listening on http://HOST:PORT` once connections are accepted (with
-    port 0, PORT is the one the OS picked). Raises SandboxError if it cannot listen."""
-    asyncio.run(_serve(SandboxServer(sandbox, max_timeout_s, idle_ttl_s), host, port))
+    port 0, PORT is the one the OS picked). Raises SandboxError if it cannot listen, and
+    ValueError, before anything starts, for a non-loopback `host` without `api_key` unless
+    `insecure_no_auth`."""
+    refusal = bind_refusal(host, api_key, insecure_no_auth, "--api-key-env")
+    if refusal:
+        raise ValueError(refusal)
+    server = SandboxServer(sandbox, max_timeout_s, idle_ttl_s, api_key=api_key)
+    asyncio.run(_serve(server, host, port))
 
 
 async def _serve(server: SandboxServer, host: str, port: int) -> None:
@@ -363,13 +392,13 @@ async def _serve(server: SandboxServer, host: str, port: int) -> None:
         bound_port = runner.addresses[0][1]
         url_host = f"[{host}]" if ":" in host else host
         print(f"tirl sandbox: listening on http://{url_host}:{bound_port}", flush=True)
-        if host not in ("127.0.0.1", "localhost", "::1"):
-            print(
-                f"tirl sandbox: warning: listening on {host}: there is no authentication, so"
-                " anyone who can reach this port can run code as this user on this machine",
-                file=sys.stderr,
-                flush=True,
+        if not is_loopback(host):
+            what = (
+                "no API key: anyone who can reach this port can run code as this user here"
+                if server.api_key is None
+                else "no TLS: the API key and the code cross the network in clear text"
             )
+            print(f"tirl sandbox: warning: listening on {host} with {what}", file=sys.stderr)
         await stop.wait()
         print("tirl sandbox: stopping", file=sys.stderr, flush=True)
     finally:
@@ -424,8 +453,11 @@ class HTTPSandbox(SandboxClient):
     round-robin); all its later calls go to that server. Use as `async with HTTPSandbox(url):`.
     """
 
-    def __init__(self, urls: str | Sequence[str]) -> None:
+    def __init__(self, urls: str | Sequence[str], *, api_key: str | None = None) -> None:
+        """`api_key`: sent as `Authorization: Bearer <key>` to every server; default
+        `$TIRL_API_KEY` when set."""
         urls = [urls] if isinstance(urls, str) else list(urls)
+        self._headers = bearer(client_key(api_key))
         if not urls:
             raise ValueError("HTTPSandbox needs at least one server URL")
         self.servers = [_Server(_normalize_url(u)) for u in urls]
@@ -441,6 +473,7 @@ class HTTPSandbox(SandboxClient):
         self._http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=CLIENT_KEEPALIVE_S),
             trust_env=False,  # never route through a proxy from the environment
+            headers=self._headers,
         )
         errors = await asyncio.gather(*(self._fetch_info(s) for s in self.servers))
         if all(errors):
@@ -541,6 +574,11 @@ class HTTPSandbox(SandboxClient):
         except _Unreachable as e:
             return str(e)
         except (KeyError, TypeError, ValueError):
+            if set(data) == {"status"}:  # what /health says to a request without the key
+                return (
+                    f"the sandbox server at {server.url} wants an API key, and this client"
+                    " sent none or a wrong one (set $TIRL_API_KEY or pass api_key=)"
+                )
             return f"{server.url} does not look like a tirl sandbox server (bad /health)"
         return ""
 

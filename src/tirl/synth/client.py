@@ -1,8 +1,9 @@
 """An OpenAI-compatible chat client for the teacher and the judge, with a request cache.
 
-- `/v1/chat/completions` first; a server without it (404/405, e.g. `tirl serve`, which offers
-  only `/v1/completions`) gets the messages rendered as one plain-text prompt instead, and the
-  client remembers that for later requests.
+- `/v1/chat/completions` first; a server without it (404/405), or whose model has no chat
+  template (a 400 saying so, as `tirl serve` and vLLM answer for a base model), gets the
+  messages rendered as one plain-text prompt instead, and the client remembers that for later
+  requests.
 - At most `concurrency` requests in flight (a semaphore); 429, 5xx, timeouts and connection
   errors are retried with exponential backoff (backoff_s, 2 backoff_s, ...); any other status is
   a `TeacherError` with the server's message.
@@ -28,6 +29,7 @@ from typing import Any
 
 import aiohttp
 
+from tirl.httpauth import DEFAULT_KEY_ENV, bearer
 from tirl.synth.config import EndpointConfig
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}
@@ -155,9 +157,9 @@ class ChatClient:
 
     async def _session(self) -> aiohttp.ClientSession:
         if self._http is None:
-            headers = {}
-            if self.cfg.api_key_env and os.environ.get(self.cfg.api_key_env):
-                headers["Authorization"] = f"Bearer {os.environ[self.cfg.api_key_env]}"
+            # The key in `api_key_env`; without one, $TIRL_API_KEY (the key of `tirl serve`).
+            key_env = self.cfg.api_key_env or DEFAULT_KEY_ENV
+            headers = bearer(os.environ.get(key_env) or None)
             timeout = aiohttp.ClientTimeout(total=self.cfg.timeout_s)
             # trust_env=False: never route through a proxy from the environment.
             self._http = aiohttp.ClientSession(timeout=timeout, headers=headers, trust_env=False)
@@ -193,6 +195,8 @@ class ChatClient:
                     if r.status == 200:
                         return await r.json(content_type=None)
                     message = (await r.text())[:300]
+                    if r.status == 400 and path == "/v1/chat/completions" and _no_template(message):
+                        raise _NoRoute  # a base model's server (tirl serve, vLLM) cannot chat
                     if r.status not in RETRY_STATUSES or last:
                         raise TeacherError(
                             f"{method} {self.base}{path}: HTTP {r.status}: {message}"
@@ -214,3 +218,8 @@ class ChatClient:
 
 class _NoRoute(Exception):
     pass
+
+
+def _no_template(message: str) -> bool:
+    """Whether a 400 says the model has no chat template (tirl serve and vLLM say so)."""
+    return "chat template" in message.lower()

@@ -58,7 +58,9 @@ class EndpointConfig:
     )
     model: str | None = setting(None, doc="model name; null: the first of GET /v1/models")
     api_key_env: str | None = setting(
-        None, doc="name of an environment variable holding a bearer token"
+        None,
+        doc="name of an environment variable holding a bearer token; null: TIRL_API_KEY when"
+        " set (so a hosted teacher is sent that key: name another variable for it)",
     )
     concurrency: int = setting(8, "[1, 10000]", "requests in flight")
     max_retries: int = setting(5, "[0, 100]", "retries of a failed request (429, 5xx, network)")
