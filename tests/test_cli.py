@@ -136,26 +136,10 @@ def test_a_killed_run_resumes_and_logs_every_step_once(tmp_path):
     import signal
     import time
 
-    overrides = [
-        f"out_dir={tmp_path}",
-        "name=r",
-        "variants=[code]",
-        "sft.steps=4",
-        "sft.examples=32",
-        "sft.batch_size=8",
-        "rl.steps=12",
-        "rl.checkpoint_every=1",
-        "rl.prompts_per_step=2",
-        "rl.group_size=2",
-        "rl.max_model_tokens=24",
-        "task.test_items=4",
-        "eval.max_model_tokens=24",
-        "eval.samples_per_item=0",
-        "model.tokenizer_corpus_items=100",
-        "model.hidden_size=32",
-        "model.layers=1",
-        "model.heads=2",
-    ]
+    from tiny_run import TINY
+
+    # The tiny run of tiny_run.py, longer, so that it can be killed between checkpoints.
+    overrides = [f"out_dir={tmp_path}", "name=r", *TINY, "rl.steps=12"]
     run = tmp_path / "r"
     cmd = [sys.executable, "-m", "tirl.cli", "train", *overrides]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
