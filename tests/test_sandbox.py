@@ -1,7 +1,10 @@
 """Tests of tirl.sandbox with real processes (no mocks).
 
 Each test runs its own event loop with asyncio.run, so each starts its own zygote (~0.1 s).
-Time limits in these tests are short, and no assertion depends on wall-clock speed.
+Cell timeouts in these tests are short where a timeout is what happens; the grace after an
+interrupt and every wait for a process to go are generous, because a busy CI core may take that
+long, and waits poll for the event instead of sleeping a fixed time. No assertion depends on
+wall-clock speed.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ from tirl.sandbox import (
 )
 from tirl.sandbox.formatter import truncate_middle, truncation_marker
 
-FAST = SandboxLimits(timeout_s=2.0, grace_s=0.3, memory_mb=512, max_output_chars=1000)
+# grace 2 s: an interrupted cell on a loaded machine must have time to answer (it costs time
+# only in the tests where the cell ignores the interrupt)
+FAST = SandboxLimits(timeout_s=2.0, grace_s=2.0, memory_mb=512, max_output_chars=1000)
+WAIT_S = 30.0  # for a process to go: generous, and only a stuck machine takes it
 LIGHT = ("math",)  # tests need no sympy in the zygote; it would add ~0.7 s per test
 
 
@@ -52,6 +58,24 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except OSError:
         return False
+
+
+def _wait_until(condition, timeout: float = WAIT_S) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+async def _await_until(condition, timeout: float = WAIT_S) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
 
 def _children_of(pid: int) -> list[int]:
@@ -241,8 +265,33 @@ def test_cell_ignoring_the_interrupt_is_killed_and_later_runs_say_killed():
             assert not s.alive
             r = await asyncio.wait_for(s.run("1"), 5.0)  # never hangs
             assert r.status is Status.KILLED and "variables are lost" in r.detail
-            await asyncio.sleep(0.1)
-            assert not _exists(s.pid)
+            assert await _await_until(lambda: not _exists(s.pid))
+
+    run(main())
+
+
+def test_an_interrupt_landing_where_python_swallows_exceptions_still_ends_the_cell():
+    # Python ignores exceptions raised in __del__ methods and os.register_at_fork hooks (a fork
+    # bomb spends most of its time in the latter). This cell spends nearly all of its time in
+    # a __del__, so that is where the timeout's KeyboardInterrupt lands.
+    slow_finalizer = (
+        "import time\n"
+        "class Slow:\n"
+        "    def __del__(self):\n"
+        "        t = time.monotonic()\n"
+        "        while time.monotonic() - t < 0.05:\n"
+        "            pass\n"
+        "while True:\n"
+        "    Slow()"
+    )
+
+    async def main():
+        async with light_sandbox() as sb, await sb.session() as s:
+            await s.run("kept = 1")
+            r = await s.run(slow_finalizer, timeout_s=0.5)
+            assert r.status is Status.TIMEOUT and "KeyboardInterrupt" in r.traceback
+            assert s.alive  # the interrupt ended the cell; no kill was needed
+            assert (await s.run("kept")).stdout == "1\n"
 
     run(main())
 
@@ -275,15 +324,110 @@ def test_process_death_gives_killed():
     run(main())
 
 
-def test_cpu_limit_ends_the_session_with_timeout():
+def test_cpu_limit_ends_the_session_with_timeout_and_is_per_session():
     async def main():
-        limits = SandboxLimits(timeout_s=10.0, cpu_s=1)
-        async with light_sandbox(limits) as sb, await sb.session() as s:
+        limits = SandboxLimits(timeout_s=60.0, cpu_s=1)
+        async with light_sandbox(limits) as sb:
+            s, bystander = await sb.session(), await sb.session()
+            burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+            assert (await bystander.run(burn)).ok  # 0.6 s of its own second
             r = await s.run("while True: pass")
             assert r.status is Status.TIMEOUT and "CPU time limit" in r.detail
             assert not s.alive
+            # the other session's allowance is its own: it still has 0.4 s
+            r = await bystander.run(
+                "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass\n7"
+            )
+            assert (r.status, r.stdout) == (Status.OK, "7\n") and bystander.alive
+            await bystander.close()
 
     run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes a cell leaves behind (SandboxLimits.kill_background)
+
+BACKGROUND = (
+    "import subprocess\n"
+    "plain = subprocess.Popen(['sleep', '1000'])\n"
+    "escaped = subprocess.Popen(['sleep', '1000'], start_new_session=True)\n"
+    "double = subprocess.run(['sh', '-c', 'sleep 1000 > /dev/null 2>&1 & echo $!'],\n"
+    "                        capture_output=True, text=True).stdout.strip()\n"
+    "busy = subprocess.Popen(['sh', '-c', 'while :; do :; done'])\n"
+    "print(plain.pid, escaped.pid, double, busy.pid)"
+)
+
+
+def test_background_processes_are_gone_when_their_cell_returns_and_others_are_untouched():
+    async def main():
+        async with light_sandbox() as sb:
+            s, bystander = await sb.session(), await sb.session()
+            # The bystander is mid-cell, waiting on a subprocess of its own.
+            waiting = asyncio.ensure_future(
+                bystander.run(
+                    "import subprocess\np = subprocess.Popen(['sleep', '1000'])\nprint(p.wait())",
+                    timeout_s=120,
+                )
+            )
+            assert await _await_until(lambda: _children_of(bystander.pid))
+            [theirs] = _children_of(bystander.pid)
+
+            r = await s.run(BACKGROUND)
+            assert r.status is Status.OK
+            left = [int(p) for p in r.stdout.split()]
+            assert len(left) == 4
+            # gone (not even a zombie) by the time the cell's result is back
+            assert [p for p in left if _exists(p)] == []
+            assert s.alive and (await s.run("plain.poll() is not None")).stdout == "True\n"
+
+            assert _running(theirs) and not waiting.done()
+            os.kill(theirs, signal.SIGTERM)  # ends the bystander's cell, as it would end itself
+            r = await waiting
+            assert (r.status, r.stdout) == (Status.OK, "-15\n")
+            for x in (s, bystander):
+                await x.close()
+
+    run(main())
+
+
+def test_os_fork_children_and_interrupted_cells_leave_nothing_running():
+    async def main():
+        async with light_sandbox() as sb, await sb.session() as s:
+            r = await s.run(
+                "import os, time\nchild = os.fork()\n"
+                "if child == 0:\n    while True:\n        time.sleep(1)\nprint(child)"
+            )
+            assert r.ok and not _exists(int(r.stdout))
+            r = await s.run(
+                "import subprocess, signal, time\n"
+                "p = subprocess.Popen(['sh', '-c', 'trap \"\" INT; sleep 1000'])\n"
+                "print(p.pid, flush=True)\nwhile True:\n    time.sleep(0.01)",
+                timeout_s=0.5,
+            )
+            assert r.status is Status.TIMEOUT and s.alive
+            assert not _exists(int(r.stdout))  # it ignored the interrupt; the cell ended anyway
+
+    run(main())
+
+
+def test_without_kill_background_a_background_process_lives_until_the_session_closes():
+    async def main():
+        limits = SandboxLimits(timeout_s=10.0, grace_s=2.0, kill_background=False)
+        async with light_sandbox(limits) as sb:
+            s = await sb.session()
+            r = await s.run("import subprocess\np = subprocess.Popen(['sleep', '1000'])\np.pid")
+            pid = int(r.stdout)
+            assert (await s.run("1 + 1")).ok
+            assert _running(pid) and (await s.run("p.poll()")).stdout == ""
+            await s.close()
+            assert await _await_until(lambda: not _running(pid))
+
+    run(main())
+
+
+def test_kill_background_must_be_a_bool():
+    with pytest.raises(ValueError, match="kill_background"):
+        SandboxLimits(kill_background=1)
 
 
 def test_cancelled_run_kills_the_session():
@@ -433,9 +577,7 @@ def test_death_of_the_caller_takes_zygote_sessions_and_subprocesses_with_it():
     *pids, workdir = out.stdout.split()
     pids = [int(p) for p in pids]
     assert len(pids) == 3, out.stderr
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (any(map(_running, pids)) or os.path.exists(workdir)):
-        time.sleep(0.02)
+    _wait_until(lambda: not any(map(_running, pids)) and not os.path.exists(workdir))
     assert [p for p in pids if _running(p)] == []
     assert not os.path.exists(workdir)
 
@@ -445,11 +587,8 @@ def test_sessions_die_with_the_zygote():
         async with light_sandbox() as sb:
             s = await sb.session()
             os.kill(sb.zygote_pid, signal.SIGKILL)
-            for _ in range(250):  # PR_SET_PDEATHSIG takes effect when the zygote has exited
-                if not _running(s.pid):
-                    break
-                await asyncio.sleep(0.02)
-            assert not _running(s.pid)
+            # PR_SET_PDEATHSIG takes effect when the zygote has exited
+            assert await _await_until(lambda: not _running(s.pid))
             r = await asyncio.wait_for(s.run("1"), 5.0)
             assert r.status is Status.KILLED
             # the sandbox starts a new zygote on demand

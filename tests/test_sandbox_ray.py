@@ -18,7 +18,11 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'tirl[ray]')")
 
-from sandbox_contract import CONTRACT_CHECKS, CONTRACT_LIMITS  # noqa: E402
+from sandbox_contract import (  # noqa: E402
+    CONTRACT_CHECKS,
+    CONTRACT_LIMITS,
+    CONTRACT_LIMITS_KEEP_BACKGROUND,
+)
 
 from tirl.sandbox import Status  # noqa: E402
 from tirl.sandbox.ray_pool import RaySandboxPool, init_local_ray  # noqa: E402
@@ -170,7 +174,7 @@ def test_killed_actor_gives_killed_then_pool_replaces_it_and_restore_moves_sessi
 
 def test_close_leaves_no_sandbox_process_behind(ray_cluster):
     async def main():
-        pool = RaySandboxPool(num_actors=2, limits=CONTRACT_LIMITS)
+        pool = RaySandboxPool(num_actors=2, limits=CONTRACT_LIMITS_KEEP_BACKGROUND)
         await pool.start()
         sessions = [await pool.session() for _ in range(3)]
         assert (

@@ -14,9 +14,11 @@ import fcntl
 import os
 import platform
 import random
+import shutil
 import stat
 import struct
 import tempfile
+import time
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -32,7 +34,9 @@ NAMESPACE_FLAGS = (
 MS_NOSUID, MS_NODEV, MS_MOVE, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8192, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
-SYS_MOUNT_SETATTR = 442  # the same number on x86_64 and aarch64 (new syscalls are unified)
+# the same numbers on x86_64 and aarch64 (syscalls added since 5.0 are numbered alike)
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, MOVE_MOUNT_F_EMPTY_PATH = 1, os.O_CLOEXEC, 0x4
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
 PR_SET_CHILD_SUBREAPER = 36
@@ -158,11 +162,18 @@ def expose_paths(paths: list[str]) -> list[str]:
     """Make `paths` reachable by unprivileged uids in this mount namespace.
 
     Python is often installed under a directory only its owner may enter (pyenv in /root, a
-    virtualenv in a private home). A session running as an unprivileged uid could then not
-    import anything that was not preloaded. For each directory on the way to a path that others
-    may not enter, this mounts an empty tmpfs (mode 0755) over it and moves bind mounts of just
-    the needed paths into it, so nothing else of that directory becomes visible. Returns the
-    blocking directories that were covered. Call before make_root_readonly.
+    virtualenv in a private home, a clone in a 0700 directory under /tmp). A session running as
+    an unprivileged uid could then not import anything that was not preloaded. For each
+    directory on the way to a path that others may not enter, this mounts an empty tmpfs (mode
+    0755) over it and puts bind mounts of just the needed paths into it, so nothing else of that
+    directory becomes visible. Returns the blocking directories that were covered. Call in a
+    private mount namespace, before make_root_readonly.
+
+    The bind mounts are detached copies made with open_tree (Linux 5.2+) before the tmpfs hides
+    their sources, so nothing is created on the host's file system. Older kernels fall back to a
+    staging directory under the temporary directory, named after this process
+    (`tirl-expose-<pid>-*`, removed at once; `remove_stale_dirs` removes one left by a process
+    that was killed in between).
     """
     blocked: dict[str, list[str]] = {}
     for p in _minimal_paths(paths):
@@ -174,23 +185,135 @@ def expose_paths(paths: list[str]) -> list[str]:
                 break
     if not blocked:
         return []
-    stage = tempfile.mkdtemp(prefix="tirl-expose-")
+    try:
+        _expose_detached(blocked)
+    except _NoOpenTree:
+        _expose_staged(blocked)
+    return sorted(blocked)
+
+
+class _NoOpenTree(Exception):
+    """The kernel has no open_tree/move_mount (before 5.2), or refuses them here."""
+
+
+def _open_tree_clone(path: str) -> int:
+    fd = _libc.syscall(
+        ctypes.c_long(SYS_OPEN_TREE),
+        ctypes.c_int(AT_FDCWD),
+        ctypes.c_char_p(path.encode()),
+        ctypes.c_uint(OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE),
+    )
+    if fd < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"open_tree {path}: {os.strerror(e)}")
+    return fd
+
+
+def _move_mount_fd(fd: int, target: str) -> None:
+    ret = _libc.syscall(
+        ctypes.c_long(SYS_MOVE_MOUNT),
+        ctypes.c_int(fd),
+        ctypes.c_char_p(b""),
+        ctypes.c_int(AT_FDCWD),
+        ctypes.c_char_p(target.encode()),
+        ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
+    )
+    _check(ret, f"move_mount {target}")
+
+
+def _expose_detached(blocked: dict[str, list[str]]) -> None:
+    clones: list[tuple[int, str]] = []
+    try:
+        for needed in blocked.values():
+            for p in needed:
+                try:
+                    clones.append((_open_tree_clone(p), p))
+                except OSError as e:
+                    if e.errno in (errno.ENOSYS, errno.EPERM) and not clones:
+                        raise _NoOpenTree from e  # the first call tells whether it works at all
+                    raise
+        for top in blocked:
+            mount_tmpfs(top, 1, 0, 0, "0755")
+        for fd, p in clones:
+            os.makedirs(p, mode=0o755, exist_ok=True)
+            _move_mount_fd(fd, p)
+    finally:
+        for fd, _ in clones:
+            os.close(fd)
+
+
+def _expose_staged(blocked: dict[str, list[str]]) -> None:
+    stage = tempfile.mkdtemp(prefix=f"{EXPOSE_PREFIX}{os.getpid()}-")
     try:
         mount_tmpfs(stage, 1, 0, 0, "0700")
-        for top, needed in blocked.items():
+        try:
             staged = []
-            for i, p in enumerate(needed):
-                os.mkdir(f"{stage}/{i}")
-                mount(p, f"{stage}/{i}", None, MS_BIND | MS_REC)
-                staged.append((f"{stage}/{i}", p))
-            mount_tmpfs(top, 1, 0, 0, "0755")
-            for src, p in staged:
+            for top, needed in blocked.items():
+                for p in needed:  # one slot per path over all tops: names must not collide
+                    slot = f"{stage}/{len(staged)}"
+                    os.mkdir(slot)
+                    mount(p, slot, None, MS_BIND | MS_REC)
+                    staged.append((top, slot, p))
+            for top in blocked:
+                mount_tmpfs(top, 1, 0, 0, "0755")
+            for _, slot, p in staged:
                 os.makedirs(p, mode=0o755, exist_ok=True)
-                mount(src, p, None, MS_MOVE)
-        umount(stage)
+                mount(slot, p, None, MS_MOVE)
+        finally:
+            umount(stage)
     finally:
         os.rmdir(stage)
-    return sorted(blocked)
+
+
+# Names of what the sandbox creates in the temporary directory. Both carry the pid of the process
+# that made them, so a later start can tell (remove_stale_dirs) whether their owner is gone.
+EXPOSE_PREFIX = "tirl-expose-"
+HOST_DIR_PREFIX = "tirl-sandbox-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_dirs(tmpdir: str | None = None) -> list[str]:
+    """Remove `tirl-expose-<pid>-*` and `tirl-sandbox-<pid>-*` directories of the temporary
+    directory whose owning process is gone (it was killed before it could clean up). Only
+    directories owned by this process's uid are touched, and one whose pid is alive (or
+    reused) is left alone. Returns what was removed."""
+    tmpdir = tmpdir or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = list(os.scandir(tmpdir))
+    except OSError:
+        return removed
+    for entry in entries:
+        for prefix in (EXPOSE_PREFIX, HOST_DIR_PREFIX):
+            if not entry.name.startswith(prefix):
+                continue
+            pid_text, dash, _ = entry.name[len(prefix) :].partition("-")
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                break
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                break
+            if not (dash and pid_text.isdigit()):
+                # named by an older tirl, without the pid: only an expose stage (always empty
+                # on the host) that has not been touched for an hour
+                if prefix != EXPOSE_PREFIX or time.time() - st.st_mtime < 3600:
+                    break
+            elif _pid_alive(int(pid_text)):
+                break
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+            break
+    return removed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,8 +351,16 @@ class UidBlock:
     keeps families apart: they cannot signal or ptrace one another, RLIMIT_NPROC counts per
     family, and a family is ended by killing every process of its uid. Uids are global to the
     machine, so concurrently running sandboxes must not hand out the same ones: each claims a
-    block by holding an exclusive lock on a file named after it, which the kernel releases when
-    the process dies.
+    block by holding an exclusive flock on a file named after it in LOCK_DIR, which the kernel
+    releases when the process dies.
+
+    Lock files do not pile up: `release` unlinks the file while still holding the lock, and a
+    new block first takes the locks of files nobody holds (left by a zygote that was SIGKILLed)
+    and unlinks them. Both are safe against a process that opened the file just before it was
+    unlinked, because a holder only trusts its lock after checking that the path still names
+    the inode it locked (`_lock`). Before letting go of those stale blocks, and before using its
+    own, it kills every process still running with one of their uids (what a SIGKILLed
+    zygote's sessions may have left running), so a family never shares its uid with a stranger.
     """
 
     BASE = 1 << 31  # far above the uids of real accounts
@@ -239,19 +370,65 @@ class UidBlock:
 
     def __init__(self) -> None:
         os.makedirs(self.LOCK_DIR, mode=0o700, exist_ok=True)
-        for index in random.sample(range(self.COUNT), 64):
-            # read-only: an fd open for writing would keep its mount from becoming read-only
-            fd = os.open(f"{self.LOCK_DIR}/{index}", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            self._fd = fd
+        # Kept to unlink our file at exit: an fd opened before the zygote enters its own mount
+        # namespace still refers to the host's (writable) mount after the root is made
+        # read-only there. So make the block before unsharing.
+        self._dir_fd = os.open(self.LOCK_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        stale = self._lock_stale()
+        try:
+            for index in random.sample(range(self.COUNT), 64):
+                fd = self._lock(f"{self.LOCK_DIR}/{index}")
+                if fd is not None:
+                    break
+            else:
+                raise OSError(errno.EAGAIN, "no free block of sandbox uids")
+            self._fd, self._path = fd, f"{self.LOCK_DIR}/{index}"
             self.first = self.BASE + index * self.SIZE
             self._free = list(range(self.first + self.SIZE - 1, self.first - 1, -1))
-            return
-        raise OSError(errno.EAGAIN, "no free block of sandbox uids")
+            # While every lock is held, so that no other sandbox can hand these uids out yet.
+            self.leftovers_killed = _kill_blocks({index, *stale}, self.BASE, self.SIZE)
+        finally:
+            for path, stale_fd in stale.values():
+                os.unlink(path)  # still holding the lock: see the class docstring
+                os.close(stale_fd)
+        self.swept = len(stale)
+
+    @staticmethod
+    def _lock(path: str) -> int | None:
+        """An fd holding the exclusive lock of `path`, or None if another process holds it."""
+        # read-only: an fd open for writing would keep its mount from becoming read-only
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked = os.fstat(fd)
+            now = os.stat(path)
+            if (locked.st_dev, locked.st_ino) == (now.st_dev, now.st_ino):
+                return fd
+        except (BlockingIOError, FileNotFoundError):
+            pass  # held by someone, or unlinked by its holder after we opened it
+        os.close(fd)
+        return None
+
+    @classmethod
+    def _lock_stale(cls) -> dict[int, tuple[str, int]]:
+        """Lock every lock file nobody holds (its zygote was killed): block index -> (path,
+        fd). The caller kills what still runs in those blocks, then unlinks and closes."""
+        stale: dict[int, tuple[str, int]] = {}
+        try:
+            names = os.listdir(cls.LOCK_DIR)
+        except OSError:
+            return stale
+        for name in names:
+            if not name.isdigit() or not 0 <= int(name) < cls.COUNT:
+                continue
+            path = f"{cls.LOCK_DIR}/{name}"
+            try:
+                fd = cls._lock(path)
+            except OSError:
+                continue
+            if fd is not None:
+                stale[int(name)] = (path, fd)
+        return stale
 
     def take(self) -> int:
         if not self._free:
@@ -260,6 +437,44 @@ class UidBlock:
 
     def give_back(self, uid: int) -> None:
         self._free.append(uid)
+
+    def release(self) -> None:
+        """Unlink the lock file, then drop the lock. Idempotent."""
+        if self._fd < 0:
+            return
+        try:
+            os.unlink(os.path.basename(self._path), dir_fd=self._dir_fd)
+        except OSError:
+            pass
+        os.close(self._fd)
+        os.close(self._dir_fd)
+        self._fd = -1
+
+
+def _kill_blocks(blocks: set[int], base: int, size: int) -> int:
+    """SIGKILL every process whose real uid lies in one of the uid blocks `blocks` (what a
+    SIGKILLed zygote's sessions may have left running). One pass over /proc; returns how many
+    were found."""
+    found = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        uid = -1
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        uid = int(line.split()[1])
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+        if uid >= base and (uid - base) // size in blocks:
+            found += 1
+            try:
+                os.kill(int(name), 9)
+            except OSError:
+                pass
+    return found
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,15 +4,24 @@ Run as `python -m tirl.sandbox._zygote CONFIG_JSON` by the parent, never importe
 zygote imports the preload modules once, then serves requests on a SOCK_SEQPACKET control socket:
 
     parent -> zygote   {"op": "spawn", "id": SID} + one fd (SCM_RIGHTS): the session's socket
-                       {"op": "signal", "pid": PID, "sig": N}
+                       {"op": "signal", "pid": PID, "sig": N, "ack": bool}
+                       {"op": "adopt", "pid": PID, "parent": PID, "workdir": DIR}
                        {"op": "shutdown"}   (EOF on the control socket means the same)
-    zygote -> parent   {"event": "ready"|"error"|"spawned"|"spawn_failed"|"exit", ...}
+    zygote -> parent   {"event": "ready"|"error"|"spawned"|"spawn_failed"|"exit"|"signalled", ...}
 
 Each spawn forks one session child. Signals go through the zygote because only it can tell
 whether a pid still belongs to a live session (it reaps them), so a kill can never hit a
-recycled pid. The session child sets itself up (process group, death signal, network namespace,
-rlimits, private cwd, scrubbed environment) and then runs cells sent as length-prefixed JSON
-frames on its socket, replying with one frame per cell.
+recycled pid; with "ack" the zygote answers "signalled" once the signal is sent, so the parent
+can start the grace period of a timeout from the moment the interrupt was really delivered.
+The session child sets itself up (process group, death signal, network namespace, rlimits,
+private cwd, scrubbed environment) and then runs cells sent as length-prefixed JSON frames on
+its socket. Per cell it sends two frames: {"event": "started"} as soon as it has read the cell
+(the parent's timeout clock starts there, so time the request spent queued does not count),
+then the result.
+
+Background processes: with `limits["kill_background"]` the session is a child subreaper, so
+every process a cell starts stays its descendant even after a double fork or setsid; after
+each cell, before the output is collected, it kills all of them (`_end_background`).
 
 The zygote must stay single-threaded (it forks): nothing here starts threads, and the parent sets
 the OpenMP/BLAS thread counts to 1 before the preload imports run.
@@ -47,6 +56,8 @@ from tirl.sandbox._wire import HEADER, MAX_FRAME, decode, encode
 from tirl.sandbox.formatter import truncate_middle, truncation_marker
 
 SESSION_FD = 3
+STARTED = encode({"event": "started"})
+BACKGROUND_KILL_S = 5.0  # per phase of `_end_background` (stop, then kill)
 SESSION_PATH = "/usr/local/bin:/usr/bin:/bin"
 EXITS_REMEMBERED = 4096  # exit codes of not-yet-adopted forks the zygote keeps
 _GLOBALS = globals()  # frames whose globals are these belong to the sandbox and are hidden
@@ -149,7 +160,13 @@ def _drain_fd(fd: int, writer: _BoundedWriter, cap_bytes: int) -> None:
 # ---------------------------------------------------------------------------------------------
 # Session child: running cells
 
-_cell_state = {"in_cell": False, "interrupted": False, "session_pid": 0, "zygote_pid": 0}
+_cell_state = {
+    "in_cell": False,
+    "interrupted": False,
+    "session_pid": 0,
+    "zygote_pid": 0,
+    "kill_background": False,
+}
 
 
 def _on_sigint(signum: int, frame: types.FrameType | None) -> None:
@@ -157,6 +174,38 @@ def _on_sigint(signum: int, frame: types.FrameType | None) -> None:
     # being sent) it is ignored, so a late interrupt can never break the protocol.
     if _cell_state["in_cell"]:
         _cell_state["interrupted"] = True
+        raise KeyboardInterrupt
+
+
+def _on_unraisable(unraisable) -> None:
+    # Python swallows an exception raised where it cannot propagate: in an os.register_at_fork
+    # hook (logging's lock release runs inside every os.fork()), a __del__, a weakref callback.
+    # Our KeyboardInterrupt landing there would be lost, and the cell would run on until it is
+    # killed (a fork bomb spends most of its time in fork). Raise it again instead, in the frame
+    # it would have reached: the one whose call into C ran the hook (the way pdb stops a
+    # running frame: its f_trace, with tracing on, sees its next line).
+    caller = sys._getframe().f_back
+    if (
+        isinstance(unraisable.exc_value, KeyboardInterrupt)
+        and _cell_state["in_cell"]
+        and _cell_state["interrupted"]
+        and caller is not None
+    ):
+        caller.f_trace = _raise_interrupt_again
+        caller.f_trace_lines = True
+        sys.settrace(_trace_nothing)  # tracing must be on for f_trace to run
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def _trace_nothing(frame: types.FrameType, event: str, arg: object) -> None:
+    return None  # new frames are not traced; only the one given an f_trace above
+
+
+def _raise_interrupt_again(frame: types.FrameType, event: str, arg: object) -> None:
+    sys.settrace(None)
+    frame.f_trace = None
+    if _cell_state["in_cell"]:
         raise KeyboardInterrupt
 
 
@@ -215,6 +264,8 @@ def _run_cell(code: str, cell: int, ns: dict, cap: int) -> dict:
         # A process the cell forked (os.fork) got here: it must not answer on the session's
         # socket or drain its output. End it like a script would end.
         os._exit(0 if status == "ok" else 1)
+    if _cell_state["kill_background"]:
+        _end_background()  # before draining fd 1/2: what they wrote is this cell's output
     for stream in (sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()
@@ -235,6 +286,78 @@ def _run_cell(code: str, cell: int, ns: dict, cap: int) -> dict:
         "message": message[:1000],
         "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+
+
+def _has_children() -> bool:
+    """Reap exited children; True while any child remains (running, or a zombie that
+    waitpid could not take yet)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def _descendants(root: int) -> dict[int, bytes]:
+    """Every process below `root` in the process tree, with its state letter (one pass over
+    /proc)."""
+    children: dict[int, list[tuple[int, bytes]]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            state, ppid = fields[0], int(fields[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append((int(name), state))
+    found: dict[int, bytes] = {}
+    todo = [root]
+    while todo:
+        for pid, state in children.get(todo.pop(), ()):
+            found[pid] = state
+            todo.append(pid)
+    return found
+
+
+_SETTLED = (b"T", b"t", b"Z", b"X")  # stopped or dead: cannot fork any more
+
+
+def _end_background() -> int:
+    """SIGKILL every descendant of this session process and reap them; returns how many were
+    killed. The session is a child subreaper, so orphans (double forks, setsid) are reparented
+    to it and "no children left" means "no descendants left": the common case, a cell that
+    left nothing behind, costs one waitpid. Descendants are first stopped (SIGSTOP) until a
+    pass finds every one of them stopped, and only then killed: killing a fork bomb one pass
+    at a time frees process slots for the survivors to fork again, while stopped processes
+    neither fork nor free their slots."""
+    killed: set[int] = set()
+    stop_until = time.monotonic() + BACKGROUND_KILL_S
+    # A process in uninterruptible sleep dies only when it wakes: give up on it after this
+    # (the zygote kills what is left of the family when its last session ends).
+    give_up = stop_until + BACKGROUND_KILL_S
+    while _has_children() and time.monotonic() < give_up:
+        found = _descendants(os.getpid())
+        running = [pid for pid, state in found.items() if state not in _SETTLED]
+        if running and time.monotonic() < stop_until:
+            for pid in running:
+                _signal_quietly(pid, signal.SIGSTOP)
+        else:  # all stopped (or out of time: kill what there is)
+            for pid in found:
+                _signal_quietly(pid, signal.SIGKILL)
+            killed.update(found)
+        time.sleep(0.0002)  # let the signals land before the next look
+    return len(killed)
+
+
+def _signal_quietly(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
 
 
 def _recv_frame(sock: socket.socket) -> tuple[dict | None, list[int]]:
@@ -406,10 +529,13 @@ def _session_main(sock_fd: int, sid: str, cfg: dict, family_uid: int | None, hos
     _arm_death_signal(zygote_pid)
     _enter_workdir(workdir)
     _set_rlimits(cfg["limits"])
+    if cfg["limits"].get("kill_background"):
+        _cell_state["kill_background"] = iso.prctl(iso.PR_SET_CHILD_SUBREAPER, 1)
     _capture_output()
     if cfg["seccomp"] is not None:
         isolation["seccomp"] = iso.install_seccomp(cfg["seccomp"])
     signal.signal(signal.SIGINT, _on_sigint)
+    sys.unraisablehook = _on_unraisable
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past RLIMIT_FSIZE fail with EFBIG
     _reseed()
 
@@ -443,6 +569,7 @@ def _serve_cells(sock: socket.socket, ns: dict, cap: int, ready: dict) -> None:
         if op == "exec":
             cell += 1
             _ensure_capture_fds()
+            sock.sendall(STARTED)
             sock.sendall(encode(_run_cell(msg["code"], cell, ns, cap)))
         elif op == "fork":
             branch_sock = _fork_branch(sock, msg["id"], fds, ready)
@@ -462,13 +589,22 @@ def _fork_branch(sock: socket.socket, sid: str, fds: list[int], ready: dict):
     if not fds:
         sock.sendall(encode({"status": "error", "error": "no socket came with the fork"}))
         return None
+    # The branch must be orphaned to the zygote, not to this session: stop being a subreaper
+    # until the middle process is gone (the setting is not inherited by children).
+    subreaper = _cell_state["kill_background"]
+    if subreaper:
+        iso.prctl(iso.PR_SET_CHILD_SUBREAPER, 0)
     try:
         middle = os.fork()
     except OSError as e:
+        if subreaper:
+            iso.prctl(iso.PR_SET_CHILD_SUBREAPER, 1)
         sock.sendall(encode({"status": "error", "error": f"fork failed: {e}"}))
         return None
     if middle:
         os.waitpid(middle, 0)
+        if subreaper:
+            iso.prctl(iso.PR_SET_CHILD_SUBREAPER, 1)
         sock.sendall(encode({"status": "forked"}))
         return None
     try:
@@ -480,6 +616,8 @@ def _fork_branch(sock: socket.socket, sid: str, fds: list[int], ready: dict):
         while os.getppid() == middle:  # until the middle process is gone and we are adopted
             time.sleep(0.0005)
         _arm_death_signal(_cell_state["zygote_pid"])
+        if subreaper:
+            iso.prctl(iso.PR_SET_CHILD_SUBREAPER, 1)
         branch_fd = fds.pop(0)
         sock.detach()  # fd 3 is about to become the branch's socket: the old object must not close it
         os.dup2(branch_fd, SESSION_FD)
@@ -600,7 +738,9 @@ class _Zygote:
             self.spawn(msg["id"], fds[0] if fds else None)
             fds = fds[1:]
         elif op == "signal":
-            self.signal(int(msg["pid"]), int(msg["sig"]))
+            delivered = self.signal(int(msg["pid"]), int(msg["sig"]))
+            if msg.get("ack"):
+                self.send({"event": "signalled", "pid": msg["pid"], "delivered": delivered})
         elif op == "adopt":
             self.adopt(int(msg["pid"]), int(msg["parent"]), str(msg["workdir"]))
         for fd in fds:
@@ -655,9 +795,11 @@ class _Zygote:
         if pid in self.unclaimed:  # it died before we heard of it
             self.finished(pid, self.unclaimed.pop(pid))
 
-    def signal(self, pid: int, sig: int) -> None:
+    def signal(self, pid: int, sig: int) -> bool:
+        """Signal a live session's process group (its own process if the group is gone);
+        False if the pid is no session of ours any more."""
         if pid not in self.live:  # already reaped: the pid may belong to someone else now
-            return
+            return False
         try:
             os.killpg(pid, sig)  # the cell's own subprocesses share its process group
             grouped = True
@@ -667,7 +809,8 @@ class _Zygote:
             try:
                 os.kill(pid, sig)
             except OSError:
-                pass
+                return grouped
+        return True
 
     def reap(self) -> None:
         while True:
@@ -729,6 +872,8 @@ class _Zygote:
             time.sleep(0.002)
         if self.base:
             shutil.rmtree(self.base, ignore_errors=True)
+        if self.uids is not None:
+            self.uids.release()
         os._exit(0)
 
 
@@ -758,24 +903,31 @@ def _prepare_isolation(enabled: bool) -> tuple[dict, iso.UidBlock | None]:
     mode = {"mount": False, "readonly_root": False, "uid": "caller"}
     if not enabled:
         return mode, None
-    if is_root:
-        entered = iso.unshare(iso.CLONE_NEWNS)
-    else:
-        entered = iso.unshare_with_user_namespace(iso.CLONE_NEWNS)
-    if not entered:
-        return mode, None
-    iso.make_mounts_private()
-    uids = None
-    if is_root:
-        # Sessions will run as unprivileged uids, which must still reach Python's files.
-        needed = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
-        needed.append(os.path.dirname(os.path.dirname(os.path.abspath(iso.__file__))))
-        mode["exposed"] = iso.expose_paths(needed)
-        uids = iso.UidBlock()
-        mode["uid"] = "family"
-        mode["uid_range"] = [uids.first, uids.first + uids.SIZE]
-    mode["mount"] = True
-    mode["readonly_root"] = iso.make_root_readonly()
+    # As root, claim the uid block while still in the host's mount namespace: see UidBlock.
+    uids = iso.UidBlock() if is_root else None
+    try:
+        if is_root:
+            entered = iso.unshare(iso.CLONE_NEWNS)
+        else:
+            entered = iso.unshare_with_user_namespace(iso.CLONE_NEWNS)
+        if not entered:
+            if uids is not None:
+                uids.release()
+            return mode, None
+        iso.make_mounts_private()
+        if uids is not None:
+            # Sessions will run as unprivileged uids, which must still reach Python's files.
+            needed = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
+            needed.append(os.path.dirname(os.path.dirname(os.path.abspath(iso.__file__))))
+            mode["exposed"] = iso.expose_paths(needed)
+            mode["uid"] = "family"
+            mode["uid_range"] = [uids.first, uids.first + uids.SIZE]
+        mode["mount"] = True
+        mode["readonly_root"] = iso.make_root_readonly()
+    except BaseException:
+        if uids is not None:
+            uids.release()
+        raise
     return mode, uids
 
 
@@ -794,18 +946,28 @@ def main() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     cfg["zygote_pid"] = os.getpid()
+    uids = None
     try:
         for name in cfg["preload"]:
             importlib.import_module(name)
         if cfg["warmup"]:
             exec(compile(cfg["warmup"], "<warmup>", "exec"), {"__name__": "__warmup__"})
+        # What zygotes that were SIGKILLed left in the temporary directory (see _isolation).
+        iso.remove_stale_dirs()
         cfg["isolation"], uids = _prepare_isolation(cfg["isolate"])
-        # Without a mount namespace, session directories live on the host, under `base`.
-        cfg["base"] = "" if cfg["isolation"]["mount"] else tempfile.mkdtemp(prefix="tirl-sandbox-")
+        # Without a mount namespace, session directories live on the host, under `base`; its
+        # name carries our pid so that a later start can remove it if we are killed.
+        cfg["base"] = (
+            ""
+            if cfg["isolation"]["mount"]
+            else tempfile.mkdtemp(prefix=f"{iso.HOST_DIR_PREFIX}{os.getpid()}-")
+        )
         program = iso.seccomp_program() if cfg["isolate"] else None
         cfg["seccomp"] = program
         cfg["isolation"]["seccomp"] = program is not None
     except BaseException as e:
+        if uids is not None:
+            uids.release()
         ctrl.send(json.dumps({"event": "error", "error": f"{type(e).__name__}: {e}"}).encode())
         os._exit(1)
     _Zygote(ctrl, cfg, uids).serve()

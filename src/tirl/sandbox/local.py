@@ -7,13 +7,25 @@ talking to this process over a Unix socket pair in length-prefixed JSON. Session
 forked from the calling process, which may hold OpenMP/CUDA threads. Everything on this side is
 asyncio; many sessions run concurrently.
 
+Concurrency. Any number of coroutines may call `session()` at once: at most `max_starting`
+sessions are starting at a time and the others wait their turn (back-pressure inside the
+sandbox; the caller needs no semaphore of its own). Requests to the zygote (forks, signals) go
+through one queue drained by one writer, signals first, so none is lost or overtaken by a burst
+of forks when the zygote's socket is full. A cell's timeout counts from the moment its session
+has read it, and the grace period of an interrupt from the moment the zygote has delivered it,
+so waiting for a fork slot, the control socket or a busy CPU is not charged to the cell.
+
 Per cell: stdout/stderr are captured by bounded writers (head + tail kept, a marker in between;
 output written to fds 1/2 by C code or subprocesses is captured too, appended after the Python
 output). The last expression's repr is echoed as in Jupyter. Exceptions become Status.ERROR with
-a traceback of user frames (`<cell N>`), SystemExit included. On timeout the session gets SIGINT
-(KeyboardInterrupt in the cell; the namespace survives); if it has not answered after
-`grace_s`, its process group is killed and the session is dead (later runs return KILLED
-at once). MemoryError, typically from the memory rlimit, gives Status.MEMORY.
+a traceback of user frames (`<cell N>`), SystemExit included. On timeout the session's process
+group gets SIGINT (KeyboardInterrupt in the cell; the namespace survives); if it has not
+answered `grace_s` after the interrupt was delivered, its process group is killed and the
+session is dead (later runs return KILLED at once). An interrupt that lands where Python
+swallows exceptions (a __del__, an os.register_at_fork hook inside every os.fork) is raised
+again in the frame it would have reached, so it still ends the cell. MemoryError, typically
+from the memory rlimit, gives Status.MEMORY. When a cell returns, every process it started and
+left running is killed (`SandboxLimits.kill_background`, on by default; see "processes" below).
 
 Forks. `session.fork()` asks the session process to fork itself between cells: the branch
 starts with the same variables (copy-on-write, nothing re-executed) and a copy of the working
@@ -40,10 +52,13 @@ report what was set up):
   namespace flags on clone, keyctl, bpf, perf_event_open, io_uring, kexec/modules, clock and
   host-name changes, kill(-1), and setting rlimits (see `_isolation.seccomp_program`).
 - processes: each session is its own process group; it dies with the zygote
-  (PR_SET_PDEATHSIG), which dies with this process. When the last session of a family ends,
-  the zygote kills every process of the family's uid, so children that left the session's
-  process group (setsid, double fork) do not outlive it. On timeout the whole process group
-  gets the interrupt.
+  (PR_SET_PDEATHSIG), which dies with this process. With `kill_background` (the default) the
+  session is a child subreaper, so everything a cell starts stays its descendant even after a
+  double fork or setsid, and when the cell returns (before its output is collected) the
+  session kills all of it: a background `sleep` or a busy subprocess cannot outlive its cell or
+  use CPU between cells, and other sessions are not touched. When the last session of a family
+  ends, the zygote kills every process of the family's uid, so nothing that escaped the process
+  group outlives the family either. On timeout the whole process group gets the interrupt.
 - environment: sessions see only PATH, HOME, LANG and TMPDIR (set by us); the zygote starts
   from a short allowlist of the caller's variables.
 - resources: rlimits on data memory (RLIMIT_DATA, counting what is inherited from the zygote),
@@ -62,24 +77,39 @@ How it degrades:
 - kernels before 5.12 (no mount_setattr): the root stays writable to the uid the session runs
   as (`isolation["readonly_root"]` is False).
 - other architectures: no seccomp filter (`isolation["seccomp"]` is False).
-What is never isolated: the CPU (no cgroup quota here: a busy cell slows its neighbours; use
-`cpu_s` for a per-session cap), memory across a family's processes (each is limited alone),
-the kernel itself (a kernel exploit escapes everything above), and processes are visible in
-/proc (no pid namespace). cgroups are not used, because this machine's controllers are v1 and
-a writable v2 hierarchy is rarely delegated to training jobs; that is the next step for memory
-and CPU limits per family. For hostile multi-tenant use, run the whole sandbox in a VM or
-gVisor as well.
+What is never isolated: the CPU (no cgroup quota here: a busy cell slows its neighbours while it
+runs; `timeout_s` bounds a cell, `kill_background` ends what it leaves behind, and `cpu_s` caps
+a session's CPU seconds over its lifetime, per process), memory across a family's processes
+(each is limited alone), the kernel itself (a kernel exploit escapes everything above), and
+processes are visible in /proc (no pid namespace). cgroups are not used, because this machine's
+controllers are v1 and a writable v2 hierarchy is rarely delegated to training jobs; that is the
+next step for memory and CPU limits per family. For hostile multi-tenant use, run the whole
+sandbox in a VM or gVisor as well.
+
+Files it leaves: none, also after failures. As root, the zygote exposes Python's directories to
+the family uids with detached bind mounts (open_tree; older kernels stage them in a
+`tirl-expose-<pid>-*` directory of the temporary directory, removed at once), and claims its uid
+block with a lock file in /run/tirl-sandbox-uids, unlinked on exit. Without a mount namespace
+the sessions' directories live under `tirl-sandbox-<pid>-*` in the temporary directory, removed
+on close. The zygote removes all of that on any exit but SIGKILL (it gets SIGTERM when this
+process dies, even by SIGKILL); what a SIGKILLed zygote left behind is removed by the next
+start on the machine: directories whose pid is gone, lock files nobody holds (checked against
+the race with a process taking the same file), and processes still running with a uid of those
+blocks.
 
 Determinism: the zygote runs with PYTHONHASHSEED=0; `random` (and numpy's global generator, if
 numpy is preloaded) are reseeded from OS entropy in every session, so sessions do not share a
 random stream. Output a cell writes to fd 1/2 directly comes after its Python-level output. A
-process a cell forks with os.fork() ends when that cell ends, and its output is discarded.
+process a cell forks with os.fork() ends when it reaches the end of the cell (its output is
+discarded), or is killed when the cell returns (`kill_background`).
 """
 
 from __future__ import annotations
 
 import array
 import asyncio
+import collections
+import contextlib
 import json
 import os
 import secrets
@@ -124,28 +154,48 @@ Matrix([[1, 2], [3, 4]]).det(); nsimplify(0.5)
 # Variables of the caller the zygote may see (it needs them to find Python packages).
 ZYGOTE_ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH")
 START_TIMEOUT_S = 120.0  # zygote start, including preload imports
-SESSION_START_TIMEOUT_S = 30.0
+SESSION_START_TIMEOUT_S = 30.0  # from the fork request leaving the queue to the session's ready
+# A session between cells only waits for the next one; if it has not even read a cell after
+# this long, it is stopped or starved beyond use (not counted against the cell's timeout).
+CELL_START_TIMEOUT_S = 30.0
+SIGNAL_ACK_S = 30.0  # bound on waiting for the zygote to confirm it delivered an interrupt
+REPLY_WAIT_S = 30.0  # bound on reading a result whose first bytes have arrived
 EXIT_WAIT_S = 2.0  # how long to wait for the zygote to report a session's exit status
+# Sessions starting at once (fork requests in flight until the session says it is ready). The
+# zygote forks one at a time anyway; each child then sets up its namespaces and mounts, which
+# is kernel work on the machine's cores, so a few per core keep them busy without a backlog.
+DEFAULT_MAX_STARTING = max(4, 2 * (os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
     """Per-session limits.
 
-    timeout_s: wall clock per cell. On expiry the session gets SIGINT (KeyboardInterrupt inside
-        the cell, the namespace survives); after `grace_s` more it is killed and becomes dead.
+    timeout_s: wall clock per cell, counted from the moment the session has read the cell (time
+        the request waited for a fork slot, the control socket or the CPU before that is not
+        charged). On expiry the session's process group gets SIGINT (KeyboardInterrupt inside
+        the cell, the namespace survives); if the cell has not answered `grace_s` after the
+        interrupt was delivered, the session is killed and becomes dead.
     memory_mb: RLIMIT_DATA of the session (heap and private mappings, including what it inherits
         from the zygote's preloaded modules). Exceeding it raises MemoryError -> Status.MEMORY.
     max_output_chars: per stream and cell; the first and last halves are kept.
-    cpu_s: optional RLIMIT_CPU over the session's lifetime; exceeding it kills the session and
-        the cell returns Status.TIMEOUT.
-    grace_s: time between the SIGINT and the kill.
+    cpu_s: optional RLIMIT_CPU: CPU seconds over the session's whole lifetime (all cells, all
+        threads; a fork of a session starts again from 0). Exceeding it kills the session and
+        the cell returns Status.TIMEOUT. Each process the session starts has its own allowance
+        of the same size (rlimits are per process); `kill_background` ends those after each cell.
+    grace_s: time between the delivered SIGINT and the kill.
     file_size_mb: RLIMIT_FSIZE: the largest file a cell may write (also bounds fd 1/2 capture).
     max_open_files: RLIMIT_NOFILE.
     max_processes: RLIMIT_NPROC: processes and threads of a session and its forks together,
         the session itself included (binding only where sessions run as their own uid or in
         their own user namespace; see the module docstring).
     disk_mb: size of the session's private /tmp (its working directory lives there).
+    kill_background: when a cell returns, kill every process it started that is still running
+        (subprocess.Popen, os.fork, double forks and setsid included), so nothing outlives its
+        cell and uses CPU afterwards. Turn off only for code that must keep a process across
+        cells (a multiprocessing pool); then such processes live until the session closes.
+        The session also reaps the cell's children, so a Popen object kept for a later cell
+        reports returncode 0 for a process it had not waited for (Python's answer to ECHILD).
     """
 
     timeout_s: float = 5.0
@@ -157,6 +207,7 @@ class SandboxLimits:
     max_open_files: int = 256
     max_processes: int = 32
     disk_mb: int = 64
+    kill_background: bool = True
 
     def __post_init__(self) -> None:
         positive = ("timeout_s", "memory_mb", "max_output_chars", "grace_s", "file_size_mb")
@@ -167,6 +218,10 @@ class SandboxLimits:
         if self.cpu_s is not None and (not isinstance(self.cpu_s, int) or self.cpu_s <= 0):
             raise ValueError(
                 f"SandboxLimits.cpu_s must be a positive int or None, got {self.cpu_s!r}"
+            )
+        if not isinstance(self.kill_background, bool):
+            raise ValueError(
+                f"SandboxLimits.kill_background must be True or False, got {self.kill_background!r}"
             )
 
 
@@ -238,15 +293,36 @@ class Session(SessionBase):
 
     async def _run_locked(self, code: str, timeout: float) -> ExecResult:
         start = time.monotonic()
-        read = asyncio.ensure_future(self._send_and_read(code))
+        loop = asyncio.get_running_loop()
+        started, replying = loop.create_future(), loop.create_future()
+        read = asyncio.ensure_future(self._exchange(code, started, replying))
         interrupted = False
         try:
-            done, _ = await asyncio.wait({read}, timeout=timeout)
-            if not done:
+            # The timeout counts from the moment the session has read the cell, so a loaded
+            # machine's scheduling delay before that is not charged to the cell.
+            await asyncio.wait(
+                {read, started}, timeout=CELL_START_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not read.done() and not started.done():
+                read.cancel()
+                self._kill("it did not start a cell in time; all variables are lost")
+                return ExecResult(
+                    Status.TIMEOUT,
+                    duration_s=time.monotonic() - start,
+                    timeout_s=timeout,
+                    detail=f"the session did not start the cell within {CELL_START_TIMEOUT_S:g} s",
+                )
+            if not read.done():
+                await asyncio.wait({read}, timeout=timeout)
+            if not read.done():
                 interrupted = True
-                self._sandbox._signal(self, signal.SIGINT)
-                done, _ = await asyncio.wait({read}, timeout=self._sandbox.limits.grace_s)
-            if not done:
+                # The grace period starts once the zygote has delivered the interrupt, not when
+                # it was queued: a busy control channel must not turn a timeout into a kill.
+                await self._sandbox._interrupt(self)
+                await asyncio.wait({read}, timeout=self._sandbox.limits.grace_s)
+                if not read.done() and await self._reply_on_its_way(replying):
+                    await asyncio.wait({read}, timeout=REPLY_WAIT_S)
+            if not read.done():
                 read.cancel()
                 self._kill(
                     "it was killed after an earlier cell ignored the timeout interrupt;"
@@ -288,10 +364,36 @@ class Session(SessionBase):
             detail=detail,
         )
 
-    async def _send_and_read(self, code: str) -> dict[str, Any]:
+    async def _exchange(
+        self, code: str, started: asyncio.Future, replying: asyncio.Future
+    ) -> dict[str, Any]:
+        """Send one cell; resolve `started` when the session has read it and `replying` when
+        the first bytes of its result arrive; return the result."""
         self._writer.write(encode({"op": "exec", "code": code}))
         await self._writer.drain()
-        return await _read_frame(self._reader)
+        if (await _read_frame(self._reader)).get("event") != "started":
+            raise ValueError("the session broke the protocol")
+        started.set_result(None)
+        (n,) = HEADER.unpack(await self._reader.readexactly(HEADER.size))
+        replying.set_result(None)
+        if n > MAX_FRAME:
+            raise ValueError(f"frame of {n} bytes exceeds the limit")
+        return decode(await self._reader.readexactly(n))
+
+    async def _reply_on_its_way(self, replying: asyncio.Future) -> bool:
+        """After the grace period: has the session begun to answer? A reply that arrived in
+        the same event-loop turn as the grace timer is still on its way to the reading task,
+        and a slow reader must not get an answering session killed."""
+        await asyncio.sleep(0)  # let the reading task take what the loop has already received
+        if replying.done():
+            return True
+        try:
+            self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # a byte, or b"" at EOF
+            return True
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True  # the socket broke: the reading task is about to see it
 
     async def _died(self, start: float) -> ExecResult:
         """The session's socket closed mid-cell: find out why and mark the session dead."""
@@ -336,6 +438,15 @@ class Session(SessionBase):
         self._sandbox._sessions.add(self)
 
 
+class _Outgoing:
+    """One control record waiting for the zygote's socket to take it."""
+
+    __slots__ = ("data", "fds", "done")
+
+    def __init__(self, data: bytes, fds: tuple[int, ...], done: asyncio.Future | None) -> None:
+        self.data, self.fds, self.done = data, fds, done
+
+
 class Sandbox(SandboxClient):
     """Factory of sessions, backed by one zygote process. Use as `async with Sandbox() as sb:`.
 
@@ -346,6 +457,9 @@ class Sandbox(SandboxClient):
         where even trying them is unwelcome); rlimits and the scrubbed environment stay.
     warmup: code the zygote runs once after the preloads (default: SYMPY_WARMUP when sympy is
         preloaded); a failure in it stops the sandbox from starting.
+    max_starting: how many sessions (and forks of sessions) may be starting at once; further
+        `session()` calls wait their turn (back-pressure), so any number of concurrent callers
+        is safe. Default: DEFAULT_MAX_STARTING.
     """
 
     def __init__(
@@ -355,6 +469,7 @@ class Sandbox(SandboxClient):
         pool_size: int = 0,
         isolate: bool = True,
         warmup: str | None = None,
+        max_starting: int | None = None,
     ) -> None:
         self.limits = limits or SandboxLimits()
         self.preload = tuple(preload)
@@ -363,6 +478,11 @@ class Sandbox(SandboxClient):
         if warmup is None and "sympy" in self.preload:
             warmup = SYMPY_WARMUP
         self.warmup = warmup or ""
+        self.max_starting = DEFAULT_MAX_STARTING if max_starting is None else max_starting
+        if isinstance(self.max_starting, bool) or not isinstance(self.max_starting, int):
+            raise ValueError(f"max_starting must be a positive int, got {max_starting!r}")
+        if self.max_starting < 1:
+            raise ValueError(f"max_starting must be a positive int, got {max_starting!r}")
         self.isolation: dict[str, Any] = {}  # what the zygote could set up; see the docstring
         self.zygote_pid: int | None = None
         self.workdir: str | None = None  # parent of the sessions' private directories
@@ -372,6 +492,13 @@ class Sandbox(SandboxClient):
         self._ready: asyncio.Future | None = None
         self._spawns: dict[str, asyncio.Future] = {}
         self._exits: dict[int, asyncio.Future] = {}  # pid -> exit code, for this zygote
+        self._acks: dict[int, asyncio.Future] = {}  # pid -> "the interrupt was delivered"
+        # Records for the zygote, written by _flush alone: signals first, then the rest in order.
+        self._urgent: collections.deque[_Outgoing] = collections.deque()
+        self._outbox: collections.deque[_Outgoing] = collections.deque()
+        self._writer_armed = False  # _flush is registered as the control socket's writer
+        self._starting: asyncio.Semaphore | None = None  # made on first use, in the caller's loop
+        self._starting_now = self._starting_peak = 0
         self._generation = 0  # bumped at every zygote start
         self._sessions: set[Session] = set()
         self._pool: list[Session] = []
@@ -469,6 +596,7 @@ class Sandbox(SandboxClient):
             except asyncio.TimeoutError:
                 self._proc.kill()
                 await self._proc.wait()
+        self._fail_outgoing()
         if self._ctrl is not None:
             self._ctrl.close()
             self._ctrl = None
@@ -485,7 +613,8 @@ class Sandbox(SandboxClient):
     # -- sessions ---------------------------------------------------------------------------
 
     async def session(self) -> Session:
-        """A new stateful session (from the pool when one is ready)."""
+        """A new stateful session (from the pool when one is ready). Waits while
+        `max_starting` sessions are already starting."""
         if not self._running:
             await self.start()
         while self._pool:
@@ -495,7 +624,36 @@ class Sandbox(SandboxClient):
                 return s
         return await self._spawn()
 
+    def _start_slots(self) -> asyncio.Semaphore:
+        if self._starting is None:
+            self._starting = asyncio.Semaphore(self.max_starting)
+        return self._starting
+
     async def _spawn(self) -> Session:
+        async with self._start_slots(), self._counting_start():
+            return await self._spawn_now()
+
+    @contextlib.asynccontextmanager
+    async def _counting_start(self):
+        self._starting_now += 1
+        self._starting_peak = max(self._starting_peak, self._starting_now)
+        try:
+            yield
+        finally:
+            self._starting_now -= 1
+
+    async def stats(self) -> dict[str, Any]:
+        """sessions_live: open sessions (pooled ones included); sessions_starting: forks in
+        flight now, never more than max_starting; sessions_starting_peak: the most there were
+        at once since the sandbox was made."""
+        return {
+            "sessions_live": len(self._sessions),
+            "sessions_starting": self._starting_now,
+            "sessions_starting_peak": self._starting_peak,
+            "max_starting": self.max_starting,
+        }
+
+    async def _spawn_now(self) -> Session:
         if not self._running:
             raise SandboxError("the sandbox is not running")
         loop = asyncio.get_running_loop()
@@ -503,27 +661,37 @@ class Sandbox(SandboxClient):
         sid = secrets.token_hex(6)
         spawned = loop.create_future()
         self._spawns[sid] = spawned
+        pid: int | None = None
+        writer: asyncio.StreamWriter | None = None
         try:
-            await self._send({"op": "spawn", "id": sid}, fds=(child_end.fileno(),))
-        except BaseException:
-            self._spawns.pop(sid, None)
-            parent_end.close()
-            raise
-        finally:
-            child_end.close()
-        msg = await spawned
-        if msg["event"] != "spawned":
-            parent_end.close()
-            raise SandboxError(f"could not create a session: {msg.get('error')}")
-        pid = msg["pid"]
-        reader, writer = await asyncio.open_unix_connection(sock=parent_end)
-        try:
+            try:
+                await self._send({"op": "spawn", "id": sid}, fds=(child_end.fileno(),))
+            finally:
+                child_end.close()  # sent (the kernel holds a copy) or taken back from the queue
+            msg = await spawned
+            if msg["event"] != "spawned":
+                raise SandboxError(f"could not create a session: {msg.get('error')}")
+            pid = msg["pid"]
+            reader, writer = await asyncio.open_unix_connection(sock=parent_end)
             ready = await asyncio.wait_for(_read_frame(reader), SESSION_START_TIMEOUT_S)
-        except (asyncio.IncompleteReadError, asyncio.TimeoutError, OSError, ValueError) as e:
-            s = Session(self, sid, pid, reader, writer, parent_end, {})
-            s._kill("the session failed to start")
-            code = await self._exit_code(s, EXIT_WAIT_S)
-            self._forget(s)
+        except BaseException as e:
+            self._spawns.pop(sid, None)
+            if writer is not None:
+                writer.close()
+            else:
+                parent_end.close()
+            if pid is None:
+                raise
+            # The session process exists: end it, and say how it ended when that is the news.
+            self._send_nowait({"op": "signal", "pid": pid, "sig": int(signal.SIGKILL)}, True)
+            exited = self._exits.pop(pid, None)
+            failed = (asyncio.IncompleteReadError, asyncio.TimeoutError, OSError, ValueError)
+            if not isinstance(e, failed) or exited is None:
+                raise
+            try:
+                code = await asyncio.wait_for(exited, EXIT_WAIT_S)
+            except asyncio.TimeoutError:
+                code = None
             raise SandboxError(f"session process failed to start ({_describe_exit(code)})") from e
         s = Session(self, sid, pid, reader, writer, parent_end, ready["isolation"])
         self._sessions.add(s)
@@ -532,6 +700,10 @@ class Sandbox(SandboxClient):
     async def _fork(self, parent: Session) -> Session:
         """Ask `parent`'s process to fork itself (see `SessionBase.fork`). Called with the
         parent's lock held, so no cell is running in it."""
+        async with self._start_slots(), self._counting_start():
+            return await self._fork_now(parent)
+
+    async def _fork_now(self, parent: Session) -> Session:
         if not self._running or parent._generation != self._generation:
             raise SandboxError(f"session {parent.id} belongs to a sandbox that is not running")
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -593,15 +765,20 @@ class Sandbox(SandboxClient):
                     if self._ready is not None and not self._ready.done():
                         self._ready.set_result(msg)
                 elif event in ("spawned", "spawn_failed"):
-                    if event == "spawned":  # before anyone awaits it, so no exit is missed
-                        self._exits[msg["pid"]] = loop.create_future()
                     fut = self._spawns.pop(msg["id"], None)
                     if fut is not None and not fut.done():
+                        if event == "spawned":  # before anyone awaits it, so no exit is missed
+                            self._exits[msg["pid"]] = loop.create_future()
                         fut.set_result(msg)
+                    # else its caller gave up: the session finds its socket closed and exits
                 elif event == "exit":
                     fut = self._exits.get(msg["pid"])
                     if fut is not None and not fut.done():
                         fut.set_result(msg["code"])
+                elif event == "signalled":
+                    fut = self._acks.pop(msg["pid"], None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg.get("delivered"))
         except (OSError, ValueError):
             pass
         finally:
@@ -613,9 +790,12 @@ class Sandbox(SandboxClient):
                 if not fut.done():
                     fut.set_exception(gone)
             self._spawns.clear()
-            for fut in self._exits.values():
-                if not fut.done():
-                    fut.set_result(None)
+            for futures in (self._exits, self._acks):
+                for fut in futures.values():
+                    if not fut.done():
+                        fut.set_result(None)
+            self._acks.clear()
+            self._fail_outgoing()
 
     async def _exit_code(self, s: Session, timeout: float) -> int | None:
         fut = self._exits.get(s.pid) if s._generation == self._generation else None
@@ -628,41 +808,99 @@ class Sandbox(SandboxClient):
 
     def _signal(self, s: Session, sig: int) -> None:
         if s._generation == self._generation:  # else its zygote is gone, and so is it
-            self._send_nowait({"op": "signal", "pid": s.pid, "sig": int(sig)})
+            self._send_nowait({"op": "signal", "pid": s.pid, "sig": int(sig)}, urgent=True)
 
-    def _send_nowait(self, msg: dict[str, Any]) -> None:
-        """Send a control record without awaiting (safe in cancellation paths)."""
-        if self._ctrl is None or self._ctrl.fileno() < 0:
+    async def _interrupt(self, s: Session) -> None:
+        """SIGINT to the session's process group; returns once the zygote has sent it (or
+        could not, or SIGNAL_ACK_S passed)."""
+        if s._generation != self._generation or not self._running:
             return
+        ack = asyncio.get_running_loop().create_future()
+        self._acks[s.pid] = ack
+        msg = {"op": "signal", "pid": s.pid, "sig": int(signal.SIGINT), "ack": True}
+        self._send_nowait(msg, urgent=True)
         try:
-            self._ctrl.send(json.dumps(msg).encode())
-        except BlockingIOError:  # the zygote is behind; queue it rather than drop a kill
-            asyncio.get_running_loop().create_task(self._send(msg))
-        except OSError:
-            pass  # the zygote is gone, and with it (PR_SET_PDEATHSIG) every session
+            await asyncio.wait_for(asyncio.shield(ack), SIGNAL_ACK_S)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            if self._acks.get(s.pid) is ack:
+                del self._acks[s.pid]
+
+    def _send_nowait(self, msg: dict[str, Any], urgent: bool = False) -> None:
+        """Queue a control record without awaiting (safe in cancellation paths). `urgent`
+        records (signals) go out before anything not yet sent."""
+        self._post(_Outgoing(json.dumps(msg).encode(), (), None), urgent)
 
     async def _send(self, msg: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
-        assert self._ctrl is not None
-        data = json.dumps(msg).encode()
-        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        loop = asyncio.get_running_loop()
-        while True:
+        """Send a control record (with fds) and return once the socket has taken it. If the
+        caller is cancelled first, the record is taken back, so an fd that the caller closes
+        afterwards is never sent."""
+        item = _Outgoing(json.dumps(msg).encode(), fds, asyncio.get_running_loop().create_future())
+        self._post(item, urgent=False)
+        try:
+            await item.done
+        except asyncio.CancelledError:
+            for queue in (self._urgent, self._outbox):
+                for i, queued in enumerate(queue):
+                    if queued is item:
+                        del queue[i]
+                        break
+            raise
+
+    def _post(self, item: _Outgoing, urgent: bool) -> None:
+        (self._urgent if urgent else self._outbox).append(item)
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write queued records until the socket would block; then wait for it to be writable
+        with one registration owned by this method. (The zygote's receive queue holds only
+        net.unix.max_dgram_qlen records, 10 by default, so a burst of requests fills it at
+        once. One reader/writer callback per fd is all asyncio keeps: when every waiting
+        sender registered its own, a later one silently replaced an earlier one, whose
+        request then never went out and whose caller hung.)"""
+        ctrl = self._ctrl
+        if ctrl is None or ctrl.fileno() < 0:
+            self._fail_outgoing()
+            return
+        while self._urgent or self._outbox:
+            queue = self._urgent or self._outbox
+            item = queue[0]
+            anc = []
+            if item.fds:
+                anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", item.fds))]
             try:
-                self._ctrl.sendmsg([data], anc)
-                return
+                ctrl.sendmsg([item.data], anc)
             except BlockingIOError:
-                writable = loop.create_future()
-                fd = self._ctrl.fileno()
-                loop.add_writer(fd, _resolve, writable)
-                try:
-                    await writable
-                finally:
-                    loop.remove_writer(fd)
+                if not self._writer_armed:
+                    asyncio.get_running_loop().add_writer(ctrl.fileno(), self._flush)
+                    self._writer_armed = True
+                return
+            except OSError as e:  # the zygote is gone, and with it (PDEATHSIG) every session
+                queue.popleft()
+                if item.done is not None and not item.done.done():
+                    item.done.set_exception(SandboxError(f"the sandbox zygote is gone ({e})"))
+                continue
+            queue.popleft()
+            if item.done is not None and not item.done.done():
+                item.done.set_result(None)
+        self._disarm_writer()
 
+    def _disarm_writer(self) -> None:
+        if self._writer_armed:
+            self._writer_armed = False
+            if self._ctrl is not None and self._ctrl.fileno() >= 0:
+                asyncio.get_running_loop().remove_writer(self._ctrl.fileno())
 
-def _resolve(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
+    def _fail_outgoing(self) -> None:
+        """The control socket is closing: nothing queued will be sent."""
+        self._disarm_writer()
+        gone = SandboxError("the sandbox zygote exited")
+        for queue in (self._urgent, self._outbox):
+            while queue:
+                item = queue.popleft()
+                if item.done is not None and not item.done.done():
+                    item.done.set_exception(gone)
 
 
 def _zygote_env() -> dict[str, str]:
