@@ -152,14 +152,14 @@ class _Engine:
 def cmd_eval(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
-    from tirl.sandbox import Sandbox, SandboxLimits
+    from tirl.sandbox import Sandbox
 
     hf_logging.set_verbosity_error()
     cfg = _load_run_config(args.config, args.overrides)
     require_device(cfg.device)
     items = _benchmark_items(args) if args.benchmark else None  # before the model: fail fast
     model, tokenizer = _policy(args, cfg)
-    limits = SandboxLimits(timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
+    limits = cfg.sandbox.limits()
     if items is not None:
         return _eval_benchmarks(args, cfg, model, tokenizer, limits, items)
     from tirl.envs.arithmetic import ArithmeticEnv
@@ -352,6 +352,8 @@ def cmd_sandbox_serve(args: argparse.Namespace) -> int:
         grace_s=args.grace_s,
         memory_mb=args.memory_mb,
         max_output_chars=args.max_output_chars,
+        cpu_s=args.cpu_s,
+        kill_background=not args.keep_background,
     )
     if args.max_timeout_s < limits.timeout_s:
         raise ConfigError(
@@ -572,6 +574,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=number(float, "(0, 31536000]"),
         default=600.0,
         help="close sessions idle this many seconds (default: 600)",
+    )
+    p.add_argument(
+        "--cpu-s",
+        type=number(int, "[1, 86400]"),
+        help="CPU seconds per session over its life (RLIMIT_CPU; default: no cap)",
+    )
+    p.add_argument(
+        "--keep-background",
+        action="store_true",
+        help="let processes a cell starts outlive the cell (default: they are ended)",
     )
     p.set_defaults(func=cmd_sandbox_serve, config=None, overrides=[])  # see _split_overrides
 

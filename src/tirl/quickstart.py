@@ -54,7 +54,7 @@ from tirl.models.tiny import (
 from tirl.protocol import get_protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rollout.runner import Rollout, RolloutSettings
-from tirl.sandbox import Sandbox, SandboxLimits
+from tirl.sandbox import Sandbox
 from tirl.synth import arithmetic as demos_lib
 from tirl.train.config import RunConfig
 from tirl.train.distributed import DistContext, broadcast_weights, init_from_env, shard_model
@@ -118,7 +118,7 @@ class Quickstart:
 
     async def run(self) -> dict:
         cfg = self.cfg
-        limits = SandboxLimits(timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
+        limits = cfg.sandbox.limits()
         saved = [self.run_dir / v / "sft" for v in cfg.variants]
         saved = [path for path in saved if is_saved_policy(path)]
         if cfg.model.name_or_path:

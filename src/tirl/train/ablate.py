@@ -35,7 +35,7 @@ from pathlib import Path
 from tirl.config import ConfigError, apply_overrides, from_dict, to_dict
 from tirl.eval.report import write_report
 from tirl.files import read_jsonl, write_text
-from tirl.sandbox import Sandbox, SandboxLimits
+from tirl.sandbox import Sandbox
 from tirl.train.config import RunConfig
 from tirl.train.run_folder import ABLATE_ENTRIES, claim_folder
 
@@ -107,7 +107,7 @@ async def _run_seed(base: RunConfig, variants: dict[str, list[str]], seed_dir: P
     quick = Quickstart(base, seed_dir)
     tokenizer = make_tokenizer(base, quick.env)
     quick.tokenizer = tokenizer
-    limits = SandboxLimits(timeout_s=base.sandbox.timeout_s, memory_mb=base.sandbox.memory_mb)
+    limits = base.sandbox.limits()
     configs = {name: variant_config(base, overrides, name) for name, overrides in variants.items()}
     async with Sandbox(limits, preload=tuple(base.sandbox.preload)) as sandbox:
         sft_states = {}  # one SFT model per boundary mode: demonstrations are written in it

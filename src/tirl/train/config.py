@@ -119,6 +119,23 @@ class SandboxConfig:
         doc="modules imported once in the sandbox's parent and shared by every session",
         check=_modules_problem,
     )
+    cpu_s: int | None = setting(
+        None, "[1, 86400]", "CPU seconds per session over its life (RLIMIT_CPU); null = no cap"
+    )
+    kill_background: bool = setting(
+        True, doc="end the processes a cell leaves running when the cell returns"
+    )
+
+    def limits(self):
+        """These settings as `tirl.sandbox.SandboxLimits`."""
+        from tirl.sandbox import SandboxLimits
+
+        return SandboxLimits(
+            timeout_s=self.timeout_s,
+            memory_mb=self.memory_mb,
+            cpu_s=self.cpu_s,
+            kill_background=self.kill_background,
+        )
 
 
 @dataclass
