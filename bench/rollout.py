@@ -312,7 +312,9 @@ def part_b(a) -> None:
     print(table_b(results))
     print("\nParameters:\n")
     print("\n".join(f"- workload.{k} = {v}" for k, v in describe(w)))
-    print(f"- model = random-init Qwen2 (4 layers, hidden {a.hidden}, 4 heads, 2 KV heads, vocab 512)")
+    print(
+        f"- model = random-init Qwen2 (4 layers, hidden {a.hidden}, 4 heads, 2 KV heads, vocab 512)"
+    )
     print(f"- torch threads = {torch.get_num_threads()}")
     print(f"\n(measured in {time.perf_counter() - t0:.0f} s of wall time)")
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from tirl.rewards.verify import verify_answer
-
 from tirl.backends.hf import HFEngine
 from tirl.eval.benchmark_eval import EvalItem, benchmark_metrics, read_done, run_benchmark
+from tirl.rewards.verify import verify_answer
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
 

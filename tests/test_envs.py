@@ -1,4 +1,4 @@
-from tirl.envs.arithmetic import ArithmeticEnv, Task, verify
+from tirl.envs.arithmetic import ArithmeticEnv, ArithmeticItem, verify
 from tirl.envs.seeding import item_rng, split_of
 
 
@@ -40,7 +40,7 @@ def test_gold_answers_are_right(env):
 
 
 def test_verify_accepts_only_the_gold_integer():
-    task = Task("Compute 12 * 12.", "144", "12 * 12", "product", "test", 0)
+    task = ArithmeticItem("Compute 12 * 12.", "144", "12 * 12", "product", "test", 0)
     assert verify(task, "144") and verify(task, " 144 ") and verify(task, "0144")
     assert not verify(task, "145") and not verify(task, None) and not verify(task, "144.5")
 

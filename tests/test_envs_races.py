@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from tirl.envs.core import Composite, EnvironmentError_, Registry, Trajectory, atomic
+from tirl.envs.core import Chain, Composite, EnvironmentError_, Registry, atomic
 from tirl.envs.operators import (
-    Reward,
-    Task,
+    OperatorReward,
+    OperatorTask,
     make_task,
     reward_parallel,
     reward_select,
@@ -67,7 +67,7 @@ def total(xs):
 
 
 def traj(x0, *names):
-    t = Trajectory(x0, (), ())
+    t = Chain(x0, (), ())
     for n in names:
         t = t.extend(REG.get(f"toy.{n}"))
     return t
@@ -167,7 +167,9 @@ def test_sequential_reward_is_the_longest_correct_prefix_over_t():
         1 / 3
     )
     repeated = "<answer>\nStep 1: 4\nStep 1: 4\nStep 2: 7\nStep 3: 49\n</answer>"
-    assert reward_sequential(task, repeated, REG) == Reward(0.0, "Step 1 is given more than once")
+    assert reward_sequential(task, repeated, REG) == OperatorReward(
+        0.0, "Step 1 is given more than once"
+    )
     assert score(task, task.answer, REG).value == 1.0
 
 
@@ -181,7 +183,7 @@ def test_parallel_reward_is_the_mean_of_the_branch_verifiers():
     assert reward_parallel(task, missing, REG).value == pytest.approx(1 / 3)
 
 
-def _letters_for(task: Task, names: list[str]) -> str:
+def _letters_for(task: OperatorTask, names: list[str]) -> str:
     letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
     return (
         "<answer>"
@@ -232,7 +234,7 @@ def test_select_has_executable_distractors_and_credits_any_chain_to_the_target()
 
 def test_tasks_round_trip_through_dicts():
     task = make_task("select", traj(2, "double", "add_three"), REG, random.Random(0))
-    again = Task.from_dict(task.to_dict())
+    again = OperatorTask.from_dict(task.to_dict())
     assert again == task
     assert score(again, task.answer, REG).value == 1.0
 
@@ -328,7 +330,7 @@ def test_slow_and_oversized_steps_are_dropped():
     from tirl.envs.search import step_timer
 
     config = SearchConfig(step_timeout_s=0.05, max_render_chars=300)
-    start = Trajectory(7, (), ())
+    start = Chain(7, (), ())
     with step_timer():
         assert try_step(start, reg.get("slow.sleepy"), config) is None  # interrupted, dropped
     assert try_step(start, reg.get("slow.zeros"), config) is None  # too long to state

@@ -6,7 +6,7 @@ import torch
 from conftest import CODES  # noqa: E402  (the scripted model's prompts and code)
 
 from tirl.backends.hf import HFEngine
-from tirl.envs.arithmetic import Task
+from tirl.envs.arithmetic import ArithmeticItem
 from tirl.eval.evaluate import score
 from tirl.protocol.segments import SegmentKind
 from tirl.rollout.runner import BUDGET_SPENT_MESSAGE, Rollout, RolloutSettings
@@ -46,7 +46,7 @@ def test_a_box_printed_by_the_interpreter_never_scores(scripted_model, tokenizer
     (traj,) = _rollout(scripted_model, tokenizer, ["C:\n"], GREEDY)
     tool_text = next(s.text for s in traj.segments if s.kind is SegmentKind.TOOL)
     assert "\\boxed{42}" in tool_text  # the interpreter printed it...
-    score(traj, Task("q", "42", "42", "product", "test", 0))
+    score(traj, ArithmeticItem("q", "42", "42", "product", "test", 0))
     assert (
         traj.meta["predicted"] is None and traj.meta["correct"] is False
     )  # ...and it does not count

@@ -6,7 +6,7 @@ import pytest
 from tirl.rollout.simulate import (
     CostModel,
     Schedule,
-    Trajectory,
+    SimTrajectory,
     WorkloadSpec,
     simulate,
     standard_schedules,
@@ -66,8 +66,8 @@ def test_partial_rollouts_carry_long_trajectories_to_later_steps():
 HAND_COST = CostModel(1.0, 0.5, 0.01, max_batch=4, kv_capacity_tokens=1_000)
 HAND = [
     [
-        Trajectory(0, 10, (3,), (), ()),
-        Trajectory(1, 10, (2, 4), (5,), (10.0,)),
+        SimTrajectory(0, 10, (3,), (), ()),
+        SimTrajectory(1, 10, (2, 4), (5,), (10.0,)),
     ]
 ]
 
@@ -94,7 +94,7 @@ def test_hand_computed_async_step():
 
 
 def test_hand_computed_partial_rollout_reprefills_carried_context():
-    one = [[Trajectory(0, 10, (5,), (), ())]]
+    one = [[SimTrajectory(0, 10, (5,), (), ())]]
     partial = Schedule("p", partial=True, seg_tokens=3)
     res = simulate(partial, cost=HAND_COST, replicas=1, trajectories=one, n_steps=1, drain=True)
     # step 1: prefill 10 (0.1) + 3 x 1.5; step 2: re-prefill 13 (0.13) + 2 x 1.5

@@ -44,7 +44,7 @@ def leaves(cls: type, prefix: str = "") -> list[tuple[str, typing.Any, dataclass
 
 def _strip_optional(tp):
     args = typing.get_args(tp)
-    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType")):
+    if typing.get_origin(tp) in (typing.Union, __import__("types").UnionType):
         rest = [a for a in args if a is not type(None)]
         return rest[0], True
     return tp, False

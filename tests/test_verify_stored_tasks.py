@@ -10,8 +10,15 @@ import random
 
 import pytest
 
-from tirl.envs.core import Registry, Trajectory, atomic
-from tirl.envs.operators import MALFORMED, Reward, Task, make_task, score, task_problem
+from tirl.envs.core import Chain, Registry, atomic
+from tirl.envs.operators import (
+    MALFORMED,
+    OperatorReward,
+    OperatorTask,
+    make_task,
+    score,
+    task_problem,
+)
 from tirl.envs.types import Int
 
 REG = Registry()
@@ -32,8 +39,8 @@ def negate(x):
     return -x
 
 
-def _task(operator: str) -> Task:
-    t = Trajectory(2, (), ())
+def _task(operator: str) -> OperatorTask:
+    t = Chain(2, (), ())
     for name in ("stored.double", "stored.add_three"):  # 2 -> 4 -> 7
         t = t.extend(REG.get(name))
     return make_task(operator, t, REG, random.Random(0))
@@ -89,7 +96,7 @@ BROKEN = [
 )
 def test_a_malformed_stored_task_scores_zero_with_the_reason(operator, changes, words):
     reference = _task(operator).answer  # the response that scores 1 on the intact task
-    task = Task.from_dict(_row(operator, changes))
+    task = OperatorTask.from_dict(_row(operator, changes))
     reward = score(task, reference, REG)
     assert reward.value == 0.0
     assert reward.reason.startswith("malformed task: ") and words in reward.reason
@@ -97,7 +104,7 @@ def test_a_malformed_stored_task_scores_zero_with_the_reason(operator, changes, 
 
 @pytest.mark.parametrize("row", [None, [], "a task", 42, {}], ids=repr)
 def test_from_dict_never_raises_and_marks_what_is_not_a_task(row):
-    task = Task.from_dict(row)
+    task = OperatorTask.from_dict(row)
     assert task.meta[MALFORMED]
     reward = score(task, "<answer>1</answer>", REG)
     assert reward.value == 0.0 and reward.reason.startswith("malformed task: ")
@@ -105,8 +112,8 @@ def test_from_dict_never_raises_and_marks_what_is_not_a_task(row):
 
 def test_a_task_built_directly_with_no_steps_scores_zero_instead_of_dividing_by_zero():
     for operator in ("sequential", "parallel", "sort", "select"):
-        task = Task(operator, "prompt", (), (), "<answer>\n</answer>")
-        assert score(task, "<answer>\n</answer>", REG) == Reward(
+        task = OperatorTask(operator, "prompt", (), (), "<answer>\n</answer>")
+        assert score(task, "<answer>\n</answer>", REG) == OperatorReward(
             0.0, "malformed task: the task has no steps"
         )
     assert "not dict" in score({"operator": "sort"}, "", REG).reason  # type: ignore[arg-type]
@@ -119,16 +126,16 @@ def test_a_response_that_is_not_text_scores_zero():
 @pytest.mark.parametrize("operator", ["sequential", "parallel", "sort", "select"])
 def test_intact_stored_tasks_score_exactly_as_before(operator):
     task = _task(operator)
-    again = Task.from_dict(task.to_dict())
+    again = OperatorTask.from_dict(task.to_dict())
     assert again == task and MALFORMED not in again.meta
     assert task_problem(again, REG) is None
-    assert score(again, task.answer, REG) == Reward(1.0)
+    assert score(again, task.answer, REG) == OperatorReward(1.0)
     wrong = score(again, "<answer>\nStep 1: 5\nBranch 1: 5\n</answer>", REG)
     assert wrong.value < 1.0 and not wrong.reason.startswith("malformed")
 
 
 def test_partial_credit_is_unchanged_on_an_intact_task():
-    task = Task.from_dict(_task("sequential").to_dict())  # 2 -> 4 -> 7
-    assert score(task, "<answer>\nStep 1: 4\nStep 2: 8\n</answer>", REG) == Reward(
+    task = OperatorTask.from_dict(_task("sequential").to_dict())  # 2 -> 4 -> 7
+    assert score(task, "<answer>\nStep 1: 4\nStep 2: 8\n</answer>", REG) == OperatorReward(
         0.5, "Step 2: the value differs from the expected one"
     )

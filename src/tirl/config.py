@@ -85,7 +85,9 @@ class Range:
     def __contains__(self, x: float) -> bool:
         if self.low is not None and (x < self.low or (self.low_open and x == self.low)):
             return False
-        return not (self.high is not None and (x > self.high or (self.high_open and x == self.high)))
+        return not (
+            self.high is not None and (x > self.high or (self.high_open and x == self.high))
+        )
 
     def __str__(self) -> str:
         return self.text

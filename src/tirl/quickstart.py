@@ -39,7 +39,7 @@ from transformers.utils import logging as hf_logging
 
 from tirl.backends.hf import HFEngine
 from tirl.config import ConfigError, dump_yaml, load_config, to_dict
-from tirl.envs.arithmetic import ArithmeticEnv, Task
+from tirl.envs.arithmetic import ArithmeticEnv, ArithmeticItem
 from tirl.eval.evaluate import check_failed_share, evaluate
 from tirl.eval.report import format_summary_table, summary_rows, write_report
 from tirl.files import check_plain_name, read_jsonl, replacing, write_text
@@ -212,7 +212,7 @@ class Quickstart:
             trained = shard_model(copy.deepcopy(model))
         rollout = self.rollout_for(model, tokenizer, sandbox, use_tools)
 
-        def rl_task(i: int) -> Task:  # prompts SFT never saw
+        def rl_task(i: int) -> ArithmeticItem:  # prompts SFT never saw
             return self.env.item("train", cfg.sft.examples + i)
 
         trainer = RLTrainer(
@@ -292,7 +292,7 @@ class Quickstart:
 
 
 async def evaluate_policy(
-    rollout: Rollout, tasks: Sequence[Task], cfg: RunConfig, use_tools: bool, label: str
+    rollout: Rollout, tasks: Sequence[ArithmeticItem], cfg: RunConfig, use_tools: bool, label: str
 ) -> tuple[dict, list[Trajectory]]:
     """A greedy pass ("eval/accuracy"), then avg@k with sampling ("eval/avg@k") when
     `cfg.eval.samples_per_item` > 0. Returns the merged metrics and the greedy trajectories."""

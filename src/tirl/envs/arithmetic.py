@@ -26,7 +26,7 @@ MAX_DRAWS_PER_ITEM = 1000  # rejection sampling for the split; the expected numb
 
 
 @dataclass(frozen=True)
-class Task:
+class ArithmeticItem:
     """One verifiable problem: what the model is asked, the gold answer, and the expression
     that computes it (used to synthesize code-integrated demonstrations)."""
 
@@ -78,26 +78,26 @@ class ArithmeticEnv:
     def config_key(self) -> str:
         return f"kinds={','.join(self.kinds)};digits={self.digits}"
 
-    def item(self, split: str, index: int) -> Task:
+    def item(self, split: str, index: int) -> ArithmeticItem:
         rng = item_rng(ENV_NAME, self.config_key, split, self.seed, index)
         for _ in range(MAX_DRAWS_PER_ITEM):
             kind = rng.choice(self.kinds)
             question, expression, answer = _draw(rng, kind, self.digits)
             if split_of(ENV_NAME, question) == split:
-                return Task(question, str(answer), expression, kind, split, index)
+                return ArithmeticItem(question, str(answer), expression, kind, split, index)
         raise RuntimeError(f"could not draw a {split} item after {MAX_DRAWS_PER_ITEM} tries")
 
-    def items(self, split: str, n: int, start: int = 0) -> list[Task]:
+    def items(self, split: str, n: int, start: int = 0) -> list[ArithmeticItem]:
         return [self.item(split, i) for i in range(start, start + n)]
 
-    def stream(self, split: str, start: int = 0) -> Iterator[Task]:
+    def stream(self, split: str, start: int = 0) -> Iterator[ArithmeticItem]:
         index = start
         while True:
             yield self.item(split, index)
             index += 1
 
 
-def verify(task: Task, predicted: str | None) -> bool:
+def verify(task: ArithmeticItem, predicted: str | None) -> bool:
     """True iff the predicted answer is the gold integer (formatting such as 1,234 accepted)."""
     from tirl.rewards.answer import normalize_integer_answer
 

@@ -206,7 +206,7 @@ def atomic(
 
 
 @dataclass(frozen=True)
-class Trajectory:
+class Chain:
     """pi_t = (x_0; e_1..e_t; y_1..y_t) with y_i = f_{e_i}(y_{i-1}), y_0 = x_0 (§2.3)."""
 
     x0: Any
@@ -221,9 +221,9 @@ class Trajectory:
     def final(self) -> Any:
         return self.ys[-1] if self.ys else self.x0
 
-    def extend(self, env: Environment) -> Trajectory:
+    def extend(self, env: Environment) -> Chain:
         """extend(pi_t, e) = (x_0; e_1..e_t, e; y_1..y_t, f_e(y_t)); raises if e cannot run."""
-        return Trajectory(self.x0, self.envs + (env,), self.ys + (env.apply(self.final),))
+        return Chain(self.x0, self.envs + (env,), self.ys + (env.apply(self.final),))
 
     def names(self) -> tuple[str, ...]:
         return tuple(e.name for e in self.envs)
@@ -262,8 +262,8 @@ class Composite:
     def signature(self) -> tuple[str, str]:
         return self.input.name, self.output.name
 
-    def run(self, x0: Any) -> Trajectory:
-        traj = Trajectory(x0, (), ())
+    def run(self, x0: Any) -> Chain:
+        traj = Chain(x0, (), ())
         for e in self.envs:
             traj = traj.extend(e)
         return traj

@@ -4,7 +4,7 @@
 yields into a task of an operator drawn from the mixture (`tirl.envs.operators`). Each item is
 kept only in the split its content hashes to (`tirl.envs.seeding.split_of` over the path and
 x_0), so train and test never share an item, whatever the seeds. `write_tasks` stores them as
-JSONL or Parquet (one row per task; `Task.from_dict` reads a row back).
+JSONL or Parquet (one row per task; `OperatorTask.from_dict` reads a row back).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tirl.envs.core import Registry
-from tirl.envs.operators import OPERATORS, Task, make_task
+from tirl.envs.operators import OPERATORS, OperatorTask, make_task
 from tirl.envs.search import SearchConfig, search
 from tirl.envs.seeding import SPLITS, split_of
 
@@ -84,7 +84,7 @@ def parse_sizes(text: str) -> tuple[int, int]:
     return sizes
 
 
-def build_tasks(registry: Registry, config: BuildConfig) -> Iterator[Task]:
+def build_tasks(registry: Registry, config: BuildConfig) -> Iterator[OperatorTask]:
     """Up to config.n tasks (fewer only if the search runs out of composites). Each task's size
     is drawn uniformly from [min_size, max_size] and its operator from the mixture. One search
     per size (min_size = max_size = s) keeps sizes independent: a search only checks and yields
@@ -116,7 +116,7 @@ def build_tasks(registry: Registry, config: BuildConfig) -> Iterator[Task]:
         made += 1
 
 
-def write_tasks(tasks: Iterable[Task], path: str | Path) -> int:
+def write_tasks(tasks: Iterable[OperatorTask], path: str | Path) -> int:
     """Write tasks as JSONL, or as Parquet when the path ends in .parquet; returns the count."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +137,7 @@ def write_tasks(tasks: Iterable[Task], path: str | Path) -> int:
     return len(rows)
 
 
-def read_tasks(path: str | Path) -> list[Task]:
+def read_tasks(path: str | Path) -> list[OperatorTask]:
     path = Path(path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -147,4 +147,4 @@ def read_tasks(path: str | Path) -> list[Task]:
             row["meta"] = json.loads(row["meta"])
     else:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [Task.from_dict(r) for r in rows]
+    return [OperatorTask.from_dict(r) for r in rows]

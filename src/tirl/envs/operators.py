@@ -17,9 +17,9 @@ for SORT and SELECT. Parsing fails closed: a missing block, a missing or repeate
 that is not offered, or a value of the wrong form scores 0 for what it covers, and the reward
 comes with the reason.
 
-A `Task` is plain data (rendered values and environment names), so it round-trips through JSONL;
+A `OperatorTask` is plain data (rendered values and environment names), so it round-trips through JSONL;
 scoring looks the environments up in a registry and parses the rendered values back. Stored tasks
-fail closed too: `Task.from_dict` never raises, and `score` gives a task it cannot score (no steps,
+fail closed too: `OperatorTask.from_dict` never raises, and `score` gives a task it cannot score (no steps,
 a missing or ill-typed field, an unknown environment, a stored value that does not parse) 0 with
 the reason (`task_problem`) instead of raising.
 """
@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tirl.envs.core import Environment, Registry, Trajectory, run_chain
+from tirl.envs.core import Chain, Environment, Registry, run_chain
 from tirl.envs.types import AnswerError
 
 OPERATORS = ("sequential", "parallel", "sort", "select")
@@ -42,13 +42,13 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 @dataclass(frozen=True)
-class Reward:
+class OperatorReward:
     value: float
     reason: str = ""
 
 
 @dataclass(frozen=True)
-class Task:
+class OperatorTask:
     """One composite problem. `envs` is the true path e_1..e_t; `xs` are the rendered states
     x_0, y_1..y_t; `candidates` are the environment names shown to the model for SORT and
     SELECT, in the order of their letters (A, B, …)."""
@@ -65,7 +65,7 @@ class Task:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Any) -> Task:
+    def from_dict(cls, d: Any) -> OperatorTask:
         """The task a `to_dict` row holds. Never raises: for a row that is not a well-formed task
         (a field missing or of the wrong type), the fields that can be read are kept, the others
         left empty, and `meta[MALFORMED]` says what is wrong; `score` gives such a task 0."""
@@ -113,7 +113,7 @@ class Task:
         return cls(operator, prompt, envs, xs, answer, candidates, meta)
 
 
-MALFORMED = "malformed"  # the meta key where `Task.from_dict` says what is wrong with a row
+MALFORMED = "malformed"  # the meta key where `OperatorTask.from_dict` says what is wrong with a row
 
 
 def _field_problem(key: str, value: Any, wanted: str) -> str:
@@ -132,7 +132,7 @@ def _letters(n: int) -> list[str]:
     return list(string.ascii_uppercase[:n])
 
 
-def _render_states(traj: Trajectory) -> tuple[str, ...]:
+def _render_states(traj: Chain) -> tuple[str, ...]:
     first = traj.envs[0].input.render(traj.x0)
     return (first, *(e.output.render(y) for e, y in zip(traj.envs, traj.ys)))
 
@@ -143,17 +143,17 @@ def _labelled_block(label: str, values: list[str]) -> str:
     return f"<answer>\n{lines}\n</answer>"
 
 
-def _per_line_task(operator: str, traj: Trajectory, label: str, intro: str, body: str) -> Task:
+def _per_line_task(operator: str, traj: Chain, label: str, intro: str, body: str) -> OperatorTask:
     xs = _render_states(traj)
     placeholders = [f"<result of {label.lower()} {i}>" for i in range(1, traj.size + 1)]
     prompt = (
         f"{intro}\n\n{body}\n\nGive every result, one per line, exactly in this form:\n"
         + _labelled_block(label, placeholders)
     )
-    return Task(operator, prompt, traj.names(), xs, _labelled_block(label, list(xs[1:])))
+    return OperatorTask(operator, prompt, traj.names(), xs, _labelled_block(label, list(xs[1:])))
 
 
-def sequential(traj: Trajectory) -> Task:
+def sequential(traj: Chain) -> OperatorTask:
     steps = "\n".join(
         f"Step {i}: {e.instruction} (The result is {e.output.answer_format}.)"
         for i, e in enumerate(traj.envs, 1)
@@ -166,7 +166,7 @@ def sequential(traj: Trajectory) -> Task:
     return _per_line_task("sequential", traj, "Step", intro, steps)
 
 
-def parallel(traj: Trajectory) -> Task:
+def parallel(traj: Chain) -> OperatorTask:
     inputs = _render_states(traj)[:-1]
     branches = "\n\n".join(
         f"Branch {i}: {e.instruction}\nInput: {x}\n(The result is {e.output.answer_format}.)"
@@ -187,7 +187,7 @@ def _order_prompt(intro: str, envs: list[Environment], xs: tuple[str, ...], rule
     )
 
 
-def sort(traj: Trajectory, rng: random.Random) -> Task:
+def sort(traj: Chain, rng: random.Random) -> OperatorTask:
     xs = _render_states(traj)
     order = list(range(traj.size))
     while traj.size > 1 and order == sorted(order):
@@ -202,7 +202,7 @@ def sort(traj: Trajectory, rng: random.Random) -> Task:
         xs,
         "Use every letter exactly once.",
     )
-    return Task(
+    return OperatorTask(
         "sort",
         prompt,
         traj.names(),
@@ -213,7 +213,7 @@ def sort(traj: Trajectory, rng: random.Random) -> Task:
 
 
 def executable_distractors(
-    traj: Trajectory, registry: Registry, n: int, rng: random.Random
+    traj: Chain, registry: Registry, n: int, rng: random.Random
 ) -> list[Environment]:
     """B_π: environments outside the path that run on one of the states x_0..y_{t-1}, so they
     look usable (RACES: distractors are executable, not random text)."""
@@ -238,8 +238,8 @@ def executable_distractors(
 
 
 def select(
-    traj: Trajectory, registry: Registry, rng: random.Random, n_distractors: int | None = None
-) -> Task:
+    traj: Chain, registry: Registry, rng: random.Random, n_distractors: int | None = None
+) -> OperatorTask:
     xs = _render_states(traj)
     n = n_distractors if n_distractors is not None else max(2, traj.size // 2 + 1)
     # (position on the path or None, environment): a path may use one environment twice, and
@@ -258,7 +258,7 @@ def select(
         xs,
         "Choose the letters you need, each at most once, and put them in order.",
     )
-    return Task(
+    return OperatorTask(
         "select",
         prompt,
         traj.names(),
@@ -268,7 +268,7 @@ def select(
     )
 
 
-def make_task(operator: str, traj: Trajectory, registry: Registry, rng: random.Random) -> Task:
+def make_task(operator: str, traj: Chain, registry: Registry, rng: random.Random) -> OperatorTask:
     if operator == "sequential":
         return sequential(traj)
     if operator == "parallel":
@@ -309,7 +309,7 @@ def _labelled_lines(block: str, label: str, t: int) -> dict[int, str]:
 
 
 def _step_results(
-    task: Task, response: str, registry: Registry, label: str
+    task: OperatorTask, response: str, registry: Registry, label: str
 ) -> list[tuple[bool, str]]:
     """V_{e_i}(ŷ_i, y_i) for i = 1..t, with the reason for each failure."""
     envs = [registry.get(n) for n in task.envs]
@@ -329,23 +329,23 @@ def _step_results(
     return results
 
 
-def reward_sequential(task: Task, response: str, registry: Registry) -> Reward:
+def reward_sequential(task: OperatorTask, response: str, registry: Registry) -> OperatorReward:
     """R_Seq = K / t with K the length of the longest correct prefix."""
     results = _step_results(task, response, registry, "Step")
     t = len(results)
     k = next((i for i, (ok, _) in enumerate(results) if not ok), t)
     reason = "" if k == t else results[k][1]
-    return Reward(k / t, reason)
+    return OperatorReward(k / t, reason)
 
 
-def reward_parallel(task: Task, response: str, registry: Registry) -> Reward:
+def reward_parallel(task: OperatorTask, response: str, registry: Registry) -> OperatorReward:
     """R_Par = (1/t) Σ V_{e_i}(ŷ_i, y_i)."""
     results = _step_results(task, response, registry, "Branch")
     reasons = "; ".join(why for ok, why in results if not ok)
-    return Reward(sum(ok for ok, _ in results) / len(results), reasons)
+    return OperatorReward(sum(ok for ok, _ in results) / len(results), reasons)
 
 
-def _chosen(task: Task, response: str) -> list[str]:
+def _chosen(task: OperatorTask, response: str) -> list[str]:
     block = answer_block(response)
     letters = [p.strip() for p in block.split(",")]
     offered = _letters(len(task.candidates))
@@ -357,38 +357,38 @@ def _chosen(task: Task, response: str) -> list[str]:
     return [task.candidates[offered.index(p)] for p in letters]
 
 
-def _reaches_target(task: Task, names: list[str], registry: Registry) -> Reward:
+def _reaches_target(task: OperatorTask, names: list[str], registry: Registry) -> OperatorReward:
     envs = [registry.get(n) for n in names]
     first, last = registry.get(task.envs[0]), registry.get(task.envs[-1])
     x0, target = first.input.parse(task.xs[0]), last.output.parse(task.xs[-1])
     try:
         value = run_chain(envs, x0)
     except Exception as e:  # an order that does not type-check or run scores 0
-        return Reward(0.0, f"the chosen order cannot be executed: {e}")
+        return OperatorReward(0.0, f"the chosen order cannot be executed: {e}")
     if envs[-1].output.name != last.output.name or not last.output.equal(value, target):
-        return Reward(0.0, "the chosen operations do not reach the target")
-    return Reward(1.0)
+        return OperatorReward(0.0, "the chosen operations do not reach the target")
+    return OperatorReward(1.0)
 
 
-def reward_sort(task: Task, response: str, registry: Registry) -> Reward:
+def reward_sort(task: OperatorTask, response: str, registry: Registry) -> OperatorReward:
     """R_Sort = 1 iff the predicted order of all t operations maps x_0 to y_t."""
     try:
         names = _chosen(task, response)
     except AnswerError as e:
-        return Reward(0.0, str(e))
+        return OperatorReward(0.0, str(e))
     if len(names) != len(task.candidates):
-        return Reward(0.0, f"use all {len(task.candidates)} operations, got {len(names)}")
+        return OperatorReward(0.0, f"use all {len(task.candidates)} operations, got {len(names)}")
     return _reaches_target(task, names, registry)
 
 
-def reward_select(task: Task, response: str, registry: Registry) -> Reward:
+def reward_select(task: OperatorTask, response: str, registry: Registry) -> OperatorReward:
     """R_Sel = 1 iff the chosen operations, in the chosen order, map x_0 to y_t."""
     try:
         names = _chosen(task, response)
     except AnswerError as e:
-        return Reward(0.0, str(e))
+        return OperatorReward(0.0, str(e))
     if not names:
-        return Reward(0.0, "no operation was chosen")
+        return OperatorReward(0.0, "no operation was chosen")
     return _reaches_target(task, names, registry)
 
 
@@ -400,15 +400,15 @@ REWARDS = {
 }
 
 
-def task_problem(task: Task, registry: Registry) -> str | None:
+def task_problem(task: OperatorTask, registry: Registry) -> str | None:
     """Why `task` cannot be scored against `registry`, or None if it can.
 
     Checks what scoring relies on: a known operator, at least one step, one stored state per step
     plus the start, environments the registry has, SORT/SELECT candidates that hold the path, and
     stored states that parse back with their environment's types.
     """
-    if not isinstance(task, Task):
-        return f"a task is a Task, not {type(task).__name__} (read rows with Task.from_dict)"
+    if not isinstance(task, OperatorTask):
+        return f"a task is a OperatorTask, not {type(task).__name__} (read rows with OperatorTask.from_dict)"
     meta = task.meta if isinstance(task.meta, Mapping) else {}
     if meta.get(MALFORMED):
         return str(meta[MALFORMED])
@@ -444,14 +444,14 @@ def task_problem(task: Task, registry: Registry) -> str | None:
     return None
 
 
-def score(task: Task, response: str, registry: Registry) -> Reward:
+def score(task: OperatorTask, response: str, registry: Registry) -> OperatorReward:
     """The operator's reward for `response`. Never raises: a task `task_problem` finds fault with
     scores 0 with "malformed task: <why>", and a failure while scoring scores 0 with its error."""
     if (problem := task_problem(task, registry)) is not None:
-        return Reward(0.0, f"malformed task: {problem}")
+        return OperatorReward(0.0, f"malformed task: {problem}")
     if not isinstance(response, str):
-        return Reward(0.0, f"the response is {type(response).__name__}, not text")
+        return OperatorReward(0.0, f"the response is {type(response).__name__}, not text")
     try:
         return REWARDS[task.operator](task, response, registry)
     except Exception as e:  # noqa: BLE001 - a reward fails closed, an environment's bug included
-        return Reward(0.0, f"scoring failed: {type(e).__name__}: {e}")
+        return OperatorReward(0.0, f"scoring failed: {type(e).__name__}: {e}")

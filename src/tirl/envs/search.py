@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from tirl.envs.core import Environment, Registry, Trajectory, run_chain
+from tirl.envs.core import Chain, Environment, Registry, run_chain
 from tirl.envs.seeding import item_rng
 
 
@@ -76,7 +76,7 @@ def step_timer():
         signal.signal(signal.SIGALRM, previous)
 
 
-def try_step(traj: Trajectory, env: Environment, config: SearchConfig) -> Trajectory | None:
+def try_step(traj: Chain, env: Environment, config: SearchConfig) -> Chain | None:
     """`traj` extended by `env`, or None if the step fails a step check."""
     state = traj.final
     if env.input.check(state) is not None:
@@ -100,10 +100,10 @@ def try_step(traj: Trajectory, env: Environment, config: SearchConfig) -> Trajec
         return None  # undoes the step before
     if len(env.output.render(out)) > config.max_render_chars:
         return None
-    return Trajectory(traj.x0, traj.envs + (env,), traj.ys + (out,))
+    return Chain(traj.x0, traj.envs + (env,), traj.ys + (out,))
 
 
-def _constant(traj: Trajectory, config: SearchConfig, rng: random.Random) -> bool:
+def _constant(traj: Chain, config: SearchConfig, rng: random.Random) -> bool:
     """True if the chain maps other inputs to the same final value too (a degenerate path).
     Other roots may not survive every step's constraints; if none does, the last step alone is
     probed on inputs of its own."""
@@ -123,9 +123,9 @@ def _constant(traj: Trajectory, config: SearchConfig, rng: random.Random) -> boo
 
 def _root(
     env: Environment, config: SearchConfig, seed: int, index: int, split: str
-) -> Trajectory | None:
+) -> Chain | None:
     rng = item_rng("races-root", env.name, split, seed, index)
-    return try_step(Trajectory(env.sample(rng, config.level), (), ()), env, config)
+    return try_step(Chain(env.sample(rng, config.level), (), ()), env, config)
 
 
 def search(
@@ -134,7 +134,7 @@ def search(
     config: SearchConfig | None = None,
     split: str = "train",
     starts: list[Environment] | None = None,
-) -> Iterator[Trajectory]:
+) -> Iterator[Chain]:
     """Yield quality-controlled trajectories, shortest first within each round of roots.
 
     Roots are drawn in rounds, one per start environment in a random order each round, so the
@@ -147,7 +147,7 @@ def search(
     index = 0
     with step_timer():
         while True:
-            frontier: deque[Trajectory] = deque()
+            frontier: deque[Chain] = deque()
             for env in rng.sample(starts, len(starts)):
                 root = _root(env, config, seed, index, split)
                 index += 1

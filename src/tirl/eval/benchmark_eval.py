@@ -149,9 +149,9 @@ def judge(item: Any, traj: Trajectory, verify) -> dict[str, Any]:
     """The verdict for one trajectory: predicted answer, correct, reason (and the reward)."""
     if item.meta and "task" in item.meta:
         from tirl.envs.core import REGISTRY
-        from tirl.envs.operators import Task, score
+        from tirl.envs.operators import OperatorTask, score
 
-        reward = score(Task.from_dict(item.meta["task"]), traj.model_text, REGISTRY)
+        reward = score(OperatorTask.from_dict(item.meta["task"]), traj.model_text, REGISTRY)
         return {
             "predicted": None,
             "correct": reward.value == 1.0,

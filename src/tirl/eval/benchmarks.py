@@ -219,10 +219,10 @@ def load_races(
 
 
 def races_items(tasks: Iterable[Any], prefix: str = "races") -> list[BenchmarkItem]:
-    """RACES `Task`s (e.g. from `tirl.envs.dataset.read_tasks`) as BenchmarkItems.
+    """RACES `OperatorTask`s (e.g. from `tirl.envs.dataset.read_tasks`) as BenchmarkItems.
 
     `category` is the operator (sequential, parallel, sort, select) and `meta["task"]` the task
-    dict (`Task.from_dict` rebuilds it). `answer` is one reference response that scores 1, not
+    dict (`OperatorTask.from_dict` rebuilds it). `answer` is one reference response that scores 1, not
     the only one (another order may reach the same target, a value may be written another way):
     score a response with the operator reward, `tirl.envs.operators.score(task, response,
     REGISTRY)`, which can also give partial credit, never by math equivalence with `answer`.
@@ -240,12 +240,12 @@ def races_items(tasks: Iterable[Any], prefix: str = "races") -> list[BenchmarkIt
 
 
 def races_task(item: BenchmarkItem) -> Any:
-    """The `tirl.envs.operators.Task` behind a RACES item, for scoring."""
-    from tirl.envs.operators import Task
+    """The `tirl.envs.operators.OperatorTask` behind a RACES item, for scoring."""
+    from tirl.envs.operators import OperatorTask
 
     if "task" not in item.meta:
         raise ValueError(f"item {item.id!r} is not a RACES item (no meta['task'])")
-    return Task.from_dict(item.meta["task"])
+    return OperatorTask.from_dict(item.meta["task"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Sequence
 
-from tirl.envs.arithmetic import Task, verify
+from tirl.envs.arithmetic import ArithmeticItem, verify
 from tirl.eval.metrics import avg_at_k, pass_at_k
 from tirl.protocol.segments import Trajectory
 from tirl.rewards.answer import answer_from_trajectory
@@ -47,7 +47,7 @@ def check_failed_share(
         )
 
 
-def score(traj: Trajectory, task: Task) -> Trajectory:
+def score(traj: Trajectory, task: ArithmeticItem) -> Trajectory:
     """Record the predicted answer and its correctness in `traj.meta`."""
     predicted = answer_from_trajectory(traj)
     traj.meta.update(
@@ -66,7 +66,7 @@ def mean_pass_at_most_k(per_item: list[list[bool]], k: int) -> float:
 
 async def evaluate(
     rollout: Rollout,
-    tasks: Sequence[Task],
+    tasks: Sequence[ArithmeticItem],
     settings: RolloutSettings,
     k: int = 1,
     progress: str | None = None,

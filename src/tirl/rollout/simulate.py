@@ -156,7 +156,7 @@ def standard_schedules(**overrides) -> list[Schedule]:
 
 
 @dataclass(frozen=True)
-class Trajectory:
+class SimTrajectory:
     """What the policy will produce; decided up front so every schedule sees the same work."""
 
     tid: int
@@ -178,7 +178,7 @@ class Trajectory:
         return self.prompt_tokens + self.tokens + sum(self.tool_outputs)
 
 
-def make_trajectories(spec: WorkloadSpec, seed: int, step: int) -> list[Trajectory]:
+def make_trajectories(spec: WorkloadSpec, seed: int, step: int) -> list[SimTrajectory]:
     rng = random.Random(seed * 1_000_003 + step)
     out = []
     for i in range(spec.prompts_per_step * spec.samples_per_prompt):
@@ -197,7 +197,7 @@ def make_trajectories(spec: WorkloadSpec, seed: int, step: int) -> list[Trajecto
             for _ in range(calls)
         )
         lats = tuple(spec.latency.draw(rng) for _ in range(calls))
-        out.append(Trajectory(step * 1_000_000 + i, spec.prompt_tokens, chunks, outs, lats))
+        out.append(SimTrajectory(step * 1_000_000 + i, spec.prompt_tokens, chunks, outs, lats))
     return out
 
 
@@ -251,7 +251,7 @@ class _Run:
         "seg_calls", "replica", "tool_pending", "reservation", "weight",
     )  # fmt: skip
 
-    def __init__(self, traj: Trajectory):
+    def __init__(self, traj: SimTrajectory):
         self.traj = traj
         self.chunk = 0
         self.in_chunk = 0
@@ -305,7 +305,7 @@ class Simulator:
         n_steps: int,
         warmup: int = 0,
         drain: bool = False,
-        trajectories: list[list[Trajectory]] | None = None,
+        trajectories: list[list[SimTrajectory]] | None = None,
     ) -> SimResult:
         steps: list[StepStats] = []
         carried: list[_Run] = []
@@ -347,7 +347,7 @@ class Simulator:
     # -- (1) batch-synchronous ----------------------------------------------------------------
     def _sync_step(self, runs: list[_Run]) -> tuple[float, float]:
         c = self.c
-        per_replica: list[list[Trajectory]] = [[] for _ in range(self.R)]
+        per_replica: list[list[SimTrajectory]] = [[] for _ in range(self.R)]
         for i, r in enumerate(runs):
             per_replica[i % self.R].append(r.traj)
         busy_total, makespan = 0.0, 0.0
@@ -597,7 +597,7 @@ def simulate(
     n_steps: int = 1,
     warmup: int = 0,
     drain: bool = False,
-    trajectories: list[list[Trajectory]] | None = None,
+    trajectories: list[list[SimTrajectory]] | None = None,
 ) -> SimResult:
     """Simulate `n_steps` trainer steps; `trajectories` (one list per step) overrides the
     generated workload; `drain` keeps stepping without new prompts until nothing is carried."""

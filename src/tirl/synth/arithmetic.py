@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from tqdm.auto import tqdm
 
-from tirl.envs.arithmetic import Task
+from tirl.envs.arithmetic import ArithmeticItem
 from tirl.protocol.fences import CIR_FENCES, Protocol
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 from tirl.sandbox import Sandbox, Status, format_result
@@ -26,16 +26,16 @@ ANSWER_TEMPLATE = "The answer is \\boxed{{{answer}}}."
 TEXT_ANSWER_TEMPLATE = "My estimate is \\boxed{{{answer}}}."
 
 
-def prompt_for(task: Task) -> str:
+def prompt_for(task: ArithmeticItem) -> str:
     return PROMPT_TEMPLATE.format(question=task.question)
 
 
-def code_for(task: Task) -> str:
+def code_for(task: ArithmeticItem) -> str:
     return f"print({task.expression})"
 
 
 def demonstration_texts(
-    task: Task, output: str, protocol: Protocol = CIR_FENCES
+    task: ArithmeticItem, output: str, protocol: Protocol = CIR_FENCES
 ) -> list[tuple[SegmentKind, str]]:
     """The (kind, text) segments of a code-integrated demonstration. The text is the same in
     both boundary modes; in stop-token mode the model's segment also writes the stop marker
@@ -48,7 +48,7 @@ def demonstration_texts(
     ]
 
 
-def text_only_texts(task: Task) -> list[tuple[SegmentKind, str]]:
+def text_only_texts(task: ArithmeticItem) -> list[tuple[SegmentKind, str]]:
     return [
         (SegmentKind.PROMPT, prompt_for(task)),
         (SegmentKind.MODEL, TEXT_ANSWER_TEMPLATE.format(answer=task.answer)),
@@ -66,13 +66,13 @@ def to_trajectory(parts: Sequence[tuple[SegmentKind, str]], tokenizer, meta: dic
 
 
 async def run_codes(
-    sandbox: Sandbox, tasks: Sequence[Task], max_chars: int, concurrency: int = 16
+    sandbox: Sandbox, tasks: Sequence[ArithmeticItem], max_chars: int, concurrency: int = 16
 ) -> list[str]:
     """The model-visible output of each task's code, run in the sandbox."""
     gate = asyncio.Semaphore(concurrency)
     bar = tqdm(total=len(tasks), desc="sandbox: run demonstration code", leave=False)
 
-    async def one(task: Task) -> str:
+    async def one(task: ArithmeticItem) -> str:
         async with gate:
             result = await sandbox.run_once(code_for(task))
         bar.update()
@@ -89,7 +89,10 @@ async def run_codes(
 
 
 def code_demonstrations(
-    tasks: Sequence[Task], outputs: Sequence[str], tokenizer, protocol: Protocol = CIR_FENCES
+    tasks: Sequence[ArithmeticItem],
+    outputs: Sequence[str],
+    tokenizer,
+    protocol: Protocol = CIR_FENCES,
 ) -> list[Trajectory]:
     demos = []
     for task, output in zip(tasks, outputs):
@@ -101,5 +104,5 @@ def code_demonstrations(
     return demos
 
 
-def text_demonstrations(tasks: Sequence[Task], tokenizer) -> list[Trajectory]:
+def text_demonstrations(tasks: Sequence[ArithmeticItem], tokenizer) -> list[Trajectory]:
     return [to_trajectory(text_only_texts(t), tokenizer, {"question": t.question}) for t in tasks]

@@ -25,8 +25,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from tirl.envs.core import Registry, Trajectory
-from tirl.envs.operators import Task, score, sequential
+from tirl.envs.core import Chain, Registry
+from tirl.envs.operators import OperatorTask, score, sequential
 from tirl.files import lock_folder, replacing
 from tirl.synth.formats import model_text, render_parts, sft_record
 from tirl.synth.records import Item, Step
@@ -55,7 +55,7 @@ def step_code(source: str, i: int) -> str:
     return f"{head}\n{body.rstrip()}\n\ny{i} = step_{i}(y{i - 1})\nprint(repr(y{i}))"
 
 
-def solution_steps(traj: Trajectory, task: Task) -> list[Step] | str:
+def solution_steps(traj: Chain, task: OperatorTask) -> list[Step] | str:
     """The solution's steps, or the reason this composite cannot be rendered."""
     if not _round_trips(traj.x0):
         return "input has no Python literal form"
@@ -74,12 +74,12 @@ def solution_steps(traj: Trajectory, task: Task) -> list[Step] | str:
     return steps
 
 
-def composite_id(traj: Trajectory) -> str:
+def composite_id(traj: Chain) -> str:
     return hashlib.sha256(repr((traj.names(), repr(traj.x0))).encode()).hexdigest()[:16]
 
 
 async def synthesize(
-    traj: Trajectory, registry: Registry, sandbox, protocol: str
+    traj: Chain, registry: Registry, sandbox, protocol: str
 ) -> tuple[str, Outcome]:
     task = sequential(traj)
     item_id = composite_id(traj)
@@ -157,7 +157,7 @@ def _run_races(
         async with Sandbox(SandboxLimits(timeout_s=5), preload=preload) as sandbox:
             bar = tqdm(total=len(trajs), desc="synth: races", unit="composite", leave=False)
 
-            async def one(traj: Trajectory) -> None:
+            async def one(traj: Chain) -> None:
                 if composite_id(traj) not in log:
                     async with gate:
                         item_id, outcome = await synthesize(traj, REGISTRY, sandbox, protocol)

@@ -71,7 +71,7 @@ from tqdm.auto import tqdm
 from tirl.algos.advantages import token_advantages
 from tirl.algos.overlong import overlong_penalty
 from tirl.config import ConfigError
-from tirl.envs.arithmetic import Task
+from tirl.envs.arithmetic import ArithmeticItem
 from tirl.eval.evaluate import score
 from tirl.protocol import get_protocol
 from tirl.protocol.segments import Trajectory
@@ -88,7 +88,9 @@ from tirl.train.metrics import MetricsLogger
 from tirl.train.update import Shard, batch_logprobs, minibatch_loss_backward
 
 FAILED = ("error", "cancelled")  # finish reasons of trajectories left out of training
-TaskSource = Callable[[int], Task]  # the i-th training task; positions make runs resumable
+TaskSource = Callable[
+    [int], ArithmeticItem
+]  # the i-th training task; positions make runs resumable
 
 
 @dataclasses.dataclass

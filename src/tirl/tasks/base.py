@@ -1,0 +1,94 @@
+"""The one task interface: what training, evaluation and synthesis all ask a problem.
+
+A `Task` is one problem: an id, its split, the problem text the user turn shows (the prompt is
+built from it by `tirl.tasks.prompts`, plainly or through a chat template), a reference answer
+for reports, and a scorer. The scorer sees the model's own text only (DESIGN.md invariant 3:
+the caller joins the model segments and leaves interpreter output out) and returns a `Score`:
+the task's reward in [0, 1] (1 iff correct for exact-answer tasks; RACES's SEQUENTIAL and
+PARALLEL give partial credit), whether it is correct, and why.
+
+A `TaskSource` makes the tasks of one family, by split and position: `item(split, index)` is
+deterministic, so a stream is resumable from its position and a run's tasks do not depend on
+when they are asked for. Sources are registered by name (`tirl.tasks.registry`); a source that
+can write teacher-free demonstrations for SFT (arithmetic, RACES mappers) returns them from
+`demonstration`, as `Demo` parts the pipeline renders in the run's protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+SPLITS = ("train", "test")
+
+
+@dataclass(frozen=True)
+class Score:
+    """What a scorer says of one answer: `reward` in [0, 1], `correct`, the `reason`, and the
+    answer it read (`predicted`, None when none was found)."""
+
+    reward: float
+    correct: bool
+    reason: str = ""
+    predicted: str | None = None
+
+
+Scorer = Callable[[str], Score]  # model text (no interpreter output) -> Score
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem. `id` is unique within its source and split (e.g. "arithmetic/test/17");
+    `problem` is the text of the user turn; `answer` a reference answer (shown, not used to
+    score: the scorer decides)."""
+
+    id: str
+    split: str
+    problem: str
+    answer: str
+    scorer: Scorer = field(compare=False, repr=False)
+    source: str = ""
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def score(self, model_text: str) -> Score:
+        return self.scorer(model_text)
+
+
+@dataclass(frozen=True)
+class Think:
+    """Model text of a demonstration (reasoning or the final answer)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Code:
+    """A code block of a demonstration; the pipeline runs it in the sandbox and appends the
+    real output, rendered by the run's protocol."""
+
+    source: str
+
+
+DemoPart = Think | Code
+
+
+@runtime_checkable
+class TaskSource(Protocol):
+    """A family of tasks, addressed by (split, index)."""
+
+    name: str
+
+    def item(self, split: str, index: int) -> Task:
+        """The index-th task of `split` (index >= 0). Deterministic."""
+        ...
+
+    def size(self, split: str) -> int | None:
+        """How many distinct tasks `split` holds, or None for an unbounded generator. A finite
+        source cycles: `item(split, i)` for i >= size starts another pass over it."""
+        ...
+
+    def demonstration(self, task: Task, use_tools: bool) -> Sequence[DemoPart] | None:
+        """A teacher-free demonstration of `task` (with or without code), or None when the
+        source has no demonstrator."""
+        ...

@@ -1,0 +1,129 @@
+"""Task sources by name, and weighted mixtures of them.
+
+A source is registered with its parameters as a dataclass (`@register_source("name")` on a
+class whose fields are its config keys, built with `tirl.config.from_dict`, so a misspelt key
+or a value out of range is a one-line `ConfigError` naming `data.train[0].key`). A config
+entry is a mapping: `{source: NAME, weight: W, <the source's keys>}`.
+
+`Mixture` interleaves sources by weight, deterministically: position i of a split goes to the
+source whose smooth weighted round-robin turn it is (every source gets its share of every
+window, exactly), and that source's own next index. So a stream restarted at position i
+continues with exactly the tasks an uninterrupted run would have seen, and the two splits never
+share an item because each source keeps its splits apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tirl.config import ConfigError, from_dict
+from tirl.tasks.base import SPLITS, Task, TaskSource
+
+SOURCES: dict[str, type] = {}  # name -> the source's parameter dataclass (it builds the source)
+
+
+def register_source(name: str):
+    """Class decorator: register a source dataclass under `name`. Its instances are task sources
+    (they have `item`, `size`, `demonstration` and `name`)."""
+
+    def add(cls: type) -> type:
+        if name in SOURCES:
+            raise ValueError(f"task source {name!r} is registered twice")
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"task source {name!r} must be a dataclass of its parameters")
+        SOURCES[name] = cls
+        return cls
+
+    return add
+
+
+def _load_builtin_sources() -> None:
+    # The built-in sources register themselves on import; importing them here (not at module
+    # import) keeps `tirl.tasks.registry` free of their dependencies until a source is asked for.
+    import tirl.tasks.sources  # noqa: F401
+
+
+def source_names() -> list[str]:
+    _load_builtin_sources()
+    return sorted(SOURCES)
+
+
+def make_source(entry: Mapping[str, Any], where: str = "source", seed: int = 0) -> TaskSource:
+    """The source an entry names, with its parameters checked (ConfigError naming `where`).
+    `weight` is the mixture's business and is ignored here; `seed` fills a source's `seed`
+    field when the entry does not set one."""
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{where}: must be a mapping with a 'source' key, got {entry!r}", where)
+    name = entry.get("source")
+    _load_builtin_sources()
+    if name not in SOURCES:
+        raise ConfigError(
+            f"{where}.source: unknown task source {name!r}; registered: {', '.join(sorted(SOURCES))}",
+            f"{where}.source",
+        )
+    cls = SOURCES[name]
+    params = {k: v for k, v in entry.items() if k not in ("source", "weight")}
+    if "seed" in {f.name for f in dataclasses.fields(cls)} and "seed" not in params:
+        params["seed"] = seed
+    return from_dict(cls, params, where)
+
+
+def entry_weight(entry: Mapping[str, Any], where: str) -> float:
+    """The `weight` of a mixture entry (default 1); ConfigError unless a finite number > 0."""
+    weight = entry.get("weight", 1.0) if isinstance(entry, Mapping) else 1.0
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+        raise ConfigError(
+            f"{where}.weight: must be a number > 0, got {weight!r}", f"{where}.weight"
+        )
+    if weight == float("inf"):
+        raise ConfigError(f"{where}.weight: must be finite, got {weight!r}", f"{where}.weight")
+    return float(weight)
+
+
+class Mixture:
+    """Weighted, deterministic interleaving of sources (see the module doc). `item(split, i)`
+    is the i-th task of the mixture's `split`."""
+
+    def __init__(self, sources: Sequence[TaskSource], weights: Sequence[float]) -> None:
+        if not sources or len(sources) != len(weights):
+            raise ValueError("a mixture needs one weight per source, and at least one source")
+        if any(not w > 0 for w in weights):
+            raise ValueError(f"mixture weights must be > 0, got {list(weights)}")
+        self.sources = list(sources)
+        self.weights = [w / sum(weights) for w in weights]
+        self._turns: list[tuple[int, int]] = []  # position -> (source, that source's index)
+        self._credit = [0.0] * len(sources)
+        self._counts = [0] * len(sources)
+
+    @classmethod
+    def from_entries(cls, entries: Sequence[Mapping[str, Any]], where: str, seed: int = 0):
+        if not entries:
+            raise ConfigError(f"{where}: name at least one task source", where)
+        sources = [make_source(e, f"{where}[{i}]", seed) for i, e in enumerate(entries)]
+        weights = [entry_weight(e, f"{where}[{i}]") for i, e in enumerate(entries)]
+        return cls(sources, weights)
+
+    def turn(self, position: int) -> tuple[int, int]:
+        """(source number, index within that source) of the mixture's `position`."""
+        while len(self._turns) <= position:  # smooth weighted round-robin
+            for s, w in enumerate(self.weights):
+                self._credit[s] += w
+            best = max(range(len(self.sources)), key=lambda s: self._credit[s])
+            self._credit[best] -= 1.0
+            self._turns.append((best, self._counts[best]))
+            self._counts[best] += 1
+        return self._turns[position]
+
+    def item(self, split: str, position: int) -> Task:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+        source, index = self.turn(position)
+        return self.sources[source].item(split, index)
+
+    def items(self, split: str, n: int, start: int = 0) -> list[Task]:
+        return [self.item(split, i) for i in range(start, start + n)]
+
+    def source_of(self, position: int) -> TaskSource:
+        return self.sources[self.turn(position)[0]]

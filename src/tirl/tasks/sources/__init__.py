@@ -1,0 +1,3 @@
+"""The built-in task sources; each module registers itself (`tirl.tasks.registry`)."""
+
+from tirl.tasks.sources import arithmetic  # noqa: F401
