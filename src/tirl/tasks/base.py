@@ -64,10 +64,13 @@ class Think:
 
 @dataclass(frozen=True)
 class Code:
-    """A code block of a demonstration; the pipeline runs it in the sandbox and appends the
-    real output, rendered by the run's protocol."""
+    """A code block of a demonstration and the interpreter's output. `output` None: the
+    pipeline runs the code in the sandbox and appends the real output; a recorded output (from
+    a `tirl synth` file, whose outputs are real sandbox outputs) is used as it is. Either way
+    the run's protocol renders it."""
 
     source: str
+    output: str | None = None
 
 
 DemoPart = Think | Code
