@@ -15,63 +15,29 @@ mapper's value in-process (a mapper that is not self-contained), or the answer d
 from __future__ import annotations
 
 import asyncio
-import datetime
 import hashlib
 import itertools
 import json
-from fractions import Fraction
 from pathlib import Path
-from typing import Any
 
 from tqdm.auto import tqdm
 
 from tirl.envs.core import Chain, Registry
+from tirl.envs.demos import PRELUDE, literal, sequential_steps, step_code  # noqa: F401
 from tirl.envs.operators import OperatorTask, score, sequential
 from tirl.files import lock_folder, replacing
 from tirl.synth.formats import model_text, render_parts, sft_record
 from tirl.synth.records import Item, Step
 from tirl.synth.stages import Outcome, execute_steps, keep, reject
 
-PRELUDE = "import datetime\nfrom fractions import Fraction\n"
-_LITERAL_NAMES = {"Fraction": Fraction, "datetime": datetime, "frozenset": frozenset, "set": set}
-
-
-def literal(text: str) -> Any:
-    """A printed value read back with only the names the prelude defines (no builtins)."""
-    return eval(text, {"__builtins__": {}, **_LITERAL_NAMES})  # noqa: S307 - our own repr
-
-
-def _round_trips(value: Any) -> bool:
-    try:
-        return literal(repr(value)) == value
-    except Exception:
-        return False
-
-
-def step_code(source: str, i: int) -> str:
-    """The mapper source (a function `f`) as step i, applied to the previous value."""
-    head, _, body = source.partition("\n")
-    head = head.replace("def f(", f"def step_{i}(", 1)
-    return f"{head}\n{body.rstrip()}\n\ny{i} = step_{i}(y{i - 1})\nprint(repr(y{i}))"
-
 
 def solution_steps(traj: Chain, task: OperatorTask) -> list[Step] | str:
-    """The solution's steps, or the reason this composite cannot be rendered."""
-    if not _round_trips(traj.x0):
-        return "input has no Python literal form"
-    steps = [Step("text", "I bind the input to a variable, then apply each step in code.")]
-    steps.append(Step("code", f"{PRELUDE}y0 = {traj.x0!r}\nprint(repr(y0))"))
-    for i, env in enumerate(traj.envs, 1):
-        try:
-            source = env.code
-        except (OSError, TypeError, StopIteration):
-            return "mapper source unavailable"
-        steps.append(Step("text", f"Step {i}: {env.instruction}"))
-        steps.append(Step("code", step_code(source, i)))
-    steps.append(
-        Step("text", "Every step ran; the results, in the requested form:\n" + task.answer)
-    )
-    return steps
+    """The solution's steps (`tirl.envs.demos.sequential_steps`), or the reason this composite
+    cannot be rendered."""
+    steps = sequential_steps(traj, task.answer)
+    if isinstance(steps, str):
+        return steps
+    return [Step(kind, text) for kind, text in steps]
 
 
 def composite_id(traj: Chain) -> str:

@@ -1,3 +1,3 @@
 """The built-in task sources; each module registers itself (`tirl.tasks.registry`)."""
 
-from tirl.tasks.sources import arithmetic  # noqa: F401
+from tirl.tasks.sources import arithmetic, benchmark, dataset, races  # noqa: F401

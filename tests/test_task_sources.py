@@ -1,0 +1,491 @@
+"""Every registered task source through one template, then each source's bad input and a mixture.
+
+The template (reasoning-gym style, STYLE.md): an item is deterministic, the two splits share no
+problem, ids are unique within a split, the reference answer (or the demonstration) scores 1
+and a wrong answer 0. A registered source without a case here fails `test_every_registered_
+source_has_a_case`. Math answers go through the real verifier (one worker, shared by the
+module); benchmark cases read the public files in shared/data/benchmarks beside the repository
+and skip when they are absent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import pickle
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tirl.config import ConfigError
+from tirl.envs.core import REGISTRY
+from tirl.envs.demos import literal
+from tirl.envs.operators import OperatorTask
+from tirl.tasks import Code, Mixture, Think, make_source, source_names
+from tirl.tasks.contamination import ContaminationIndex
+
+DATA_DIR = Path(__file__).parents[1].parent / "shared" / "data" / "benchmarks"
+needs_data = pytest.mark.skipif(
+    not (DATA_DIR / "math500.jsonl").is_file(),
+    reason=f"the public benchmark files are not present at {DATA_DIR}",
+)
+SMALL_RACES = {"min_size": 2, "max_size": 3}  # short chains keep the search fast
+
+# Math problems with distinct answers of several forms (checked through the verifier).
+MATH_ROWS = [
+    {"problem": "What share of a pizza is left after eating a quarter?", "answer": "\\frac{3}{4}"},
+    {"problem": "Solve 1 < x <= 2 for x as an interval.", "answer": "(1, 2]"},
+    {"problem": "Expand (x+i)(x-i).", "answer": "x^2+1"},
+    {"problem": "Give the square root of 2.", "answer": "\\sqrt{2}"},
+    *[
+        {"problem": f"Compute {a} + {b} * 7 exactly.", "answer": str(a + 7 * b), "topic": "sums"}
+        for a, b in ((i, i * i + 3) for i in range(1, 37))
+    ],
+]
+
+
+def _write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    from tirl.rewards.verify import MathVerifier
+
+    v = MathVerifier(workers=1, timeout_s=10.0)
+    yield v
+    v.close()
+
+
+@pytest.fixture(scope="module")
+def math_file(tmp_path_factory) -> Path:
+    return _write_jsonl(tmp_path_factory.mktemp("data") / "math.jsonl", MATH_ROWS)
+
+
+@pytest.fixture(scope="module")
+def races_file(tmp_path_factory) -> Path:
+    """A `tirl envs build`-style tasks file holding train and test tasks (written by the same
+    functions the command uses)."""
+    import tirl.envs.library  # noqa: F401
+    from tirl.envs.dataset import BuildConfig, build_tasks, write_tasks
+
+    tasks = [
+        task
+        for split, n in (("train", 24), ("test", 12))
+        for task in build_tasks(REGISTRY, BuildConfig(n=n, split=split, seed=5, **SMALL_RACES))
+    ]
+    path = tmp_path_factory.mktemp("races") / "tasks.jsonl"
+    write_tasks(tasks, path)
+    return path
+
+
+# One case per source (and per input form); each builds the config entry of its source.
+CASES = {
+    "arithmetic": lambda files: {"source": "arithmetic"},
+    "races": lambda files: {"source": "races", **SMALL_RACES},
+    "races-file": lambda files: {"source": "races", "path": str(files["races"])},
+    "dataset": lambda files: {"source": "dataset", "path": str(files["math"]), "test_share": 0.3},
+    "benchmark-math500": lambda files: {
+        "source": "benchmark",
+        "benchmark": "math500",
+        "benchmark_dir": str(DATA_DIR),
+    },
+    "benchmark-races-file": lambda files: {"source": "benchmark", "benchmark": str(files["races"])},
+}
+
+
+@pytest.fixture
+def files(math_file, races_file):
+    return {"math": math_file, "races": races_file}
+
+
+_BUILT: dict = {}  # one source per case for the module: a source caches what it has read
+
+
+def built(case: str, files, verifier):
+    if case.startswith("benchmark-math") and not (DATA_DIR / "math500.jsonl").is_file():
+        pytest.skip(f"the public benchmark files are not present at {DATA_DIR}")
+    if case not in _BUILT:
+        source = make_source(CASES[case](files), f"data.train[{case}]", seed=0)
+        source.verifier = verifier  # math sources score through the module's verifier
+        _BUILT[case] = source
+    return _BUILT[case]
+
+
+def splits_of(source) -> list[str]:
+    return ["test"] if source.name == "benchmark" else ["train", "test"]
+
+
+def reference_text(source, task) -> str:
+    """Model text that should score 1: the demonstration without tools, else the boxed gold."""
+    demo = source.demonstration(task, use_tools=False)
+    if demo is not None:
+        return rendered(demo)
+    if task.meta.get("scoring") == "races":
+        return task.answer
+    return f"So the answer is \\boxed{{{task.answer}}}."
+
+
+def rendered(demo) -> str:
+    """The model's own text of a demonstration (interpreter output is not model text)."""
+    return "\n".join(
+        p.text if isinstance(p, Think) else f"```python\n{p.source}\n```" for p in demo
+    )
+
+
+def wrong_text(task, other) -> str:
+    """A wrong answer of the right shape: another item's answer (math), or the reference block
+    with unreadable values (SEQUENTIAL/PARALLEL) or only its first letter (SORT/SELECT)."""
+    if task.meta.get("scoring") != "races":
+        return f"So the answer is \\boxed{{{other.answer}}}."
+    if task.meta["operator"] in ("sequential", "parallel"):
+        return re.sub(r"^(Step|Branch) (\d+): .*$", r"\1 \2: ???", task.answer, flags=re.M)
+    first = task.answer.removeprefix("<answer>").split(",")[0].strip()
+    return f"<answer>{first}</answer>"
+
+
+def test_every_registered_source_has_a_case():
+    assert {make_case.split("-")[0] for make_case in CASES} == set(source_names())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_items_are_deterministic_and_ids_unique(case, files, verifier):
+    source = built(case, files, verifier)
+    fresh = make_source(CASES[case](files), "data.train[0]", seed=0)
+    for split in splits_of(source):
+        n = min(200, source.size(split) or 200)
+        tasks = [source.item(split, i) for i in range(n)]
+        assert [source.item(split, i) for i in range(n)] == tasks  # the same object twice
+        assert [fresh.item(split, i) for i in range(0, n, 7)] == tasks[::7]  # a new instance too
+        assert len({t.id for t in tasks}) == n, f"{split} ids repeat within one pass"
+        assert all(t.split == split and t.problem and t.answer for t in tasks)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_splits_share_no_problem(case, files, verifier):
+    source = built(case, files, verifier)
+    if source.name == "benchmark":
+        with pytest.raises(ConfigError, match="is for evaluation only"):
+            source.item("train", 0)
+        return
+    train = {source.item("train", i).problem for i in range(200)}
+    test = {source.item("test", i).problem for i in range(200)}
+    assert train and test and not train & test
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_reference_scores_one_and_a_wrong_answer_zero(case, files, verifier):
+    source = built(case, files, verifier)
+    for split in splits_of(source):
+        tasks = [source.item(split, i) for i in range(12)]
+        for task, other in zip(tasks, tasks[1:] + tasks[:1]):
+            good = task.score(reference_text(source, task))
+            assert good.reward == 1.0 and good.correct, (task.id, good)
+            if task.answer == other.answer:
+                continue
+            bad = task.score(wrong_text(task, other))
+            assert bad.reward == 0.0 and not bad.correct, (task.id, bad)
+            assert task.score("I cannot tell.").reward == 0.0
+
+
+# ------------------------------------------------------------------ races
+
+
+def _run_blocks(demo) -> list[str]:
+    """Run a demonstration's code blocks in one namespace (as one interpreter session); the
+    last line each printed."""
+    namespace: dict = {}
+    printed = []
+    for part in demo:
+        if isinstance(part, Code):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(compile(part.source, "<demo>", "exec"), namespace)
+            printed.append(out.getvalue().strip().splitlines()[-1])
+    return printed
+
+
+def test_races_demonstrations_score_one_for_every_operator_and_their_code_computes_the_states():
+    source = make_source({"source": "races", **SMALL_RACES, "seed": 3}, "data.train[0]")
+    seen: dict[str, int] = {}
+    for i in range(80):
+        task = source.item("train", i)
+        op = task.meta["operator"]
+        if seen.get(op, 0) >= 20:
+            continue
+        seen[op] = seen.get(op, 0) + 1
+        for use_tools in (True, False):
+            demo = source.demonstration(task, use_tools)
+            assert task.score(rendered(demo)).reward == 1.0, (task.id, use_tools)
+            assert isinstance(demo[-1], Think) and task.answer in demo[-1].text
+        demo = source.demonstration(task, use_tools=True)
+        stored = OperatorTask.from_dict(task.meta["races_task"])
+        envs = [REGISTRY.get(n) for n in stored.envs]
+        if op in ("sort", "select"):
+            assert demo == [Think(task.answer)]  # no code finds an order
+            continue
+        printed = _run_blocks(demo)
+        if op == "sequential":
+            types = [envs[0].input, *(e.output for e in envs)]
+            states = stored.xs
+        else:  # a parallel branch prints its own result only
+            types, states = [e.output for e in envs], stored.xs[1:]
+        assert len(printed) == len(states)
+        for kind, line, state in zip(types, printed, states):
+            assert kind.render(literal(line)) == state
+    assert set(seen) == {"sequential", "parallel", "sort", "select"}, seen
+
+
+def test_races_stream_continues_in_a_pickled_copy():
+    source = make_source({"source": "races", **SMALL_RACES, "seed": 2}, "w")
+    first = [source.item("train", i) for i in range(30)]
+    copy = pickle.loads(pickle.dumps(source))
+    assert [copy.item("train", i) for i in range(30)] == first
+    assert copy.item("train", 70) == source.item("train", 70)
+
+
+def test_races_envs_subset_only_uses_those_environments():
+    domain = "lists"
+    source = make_source({"source": "races", **SMALL_RACES, "envs": [domain]}, "w")
+    for i in range(10):
+        assert all(n.startswith(f"{domain}.") for n in source.item("train", i).meta["envs"])
+
+
+def test_races_bad_inputs_are_one_line_config_errors(tmp_path, races_file):
+    cases = [
+        (
+            {"envs": ["lists.revrese"]},
+            r"data\.train\[1\]: envs\[0\]: unknown .*'lists\.revrese'.*lists\.reverse",
+        ),
+        ({"mixture": {"sequentail": 1.0}}, r"data\.train\[1\]\.mixture .*'sequentail'"),
+        ({"min_size": 4, "max_size": 3}, r"min_size \(4\) must not exceed max_size \(3\)"),
+        ({"level": 7}, r"data\.train\[1\]\.level must be in \[1, 3\]"),
+        ({"path": str(races_file), "max_size": 4}, r"max_size: applies to generated tasks only"),
+        ({"path": str(tmp_path / "none.jsonl")}, r"path: .*none\.jsonl: no such tasks file"),
+    ]
+    rows = [json.loads(line) for line in races_file.read_text().splitlines()]
+    rows[2]["envs"] = ["no.such_env", *rows[2]["envs"][1:]]
+    bad = _write_jsonl(tmp_path / "bad.jsonl", rows)
+    cases.append(({"path": str(bad)}, rf"{re.escape(str(bad))}:3: not a RACES task: unknown env"))
+    for params, message in cases:
+        with pytest.raises(ConfigError, match=message) as info:
+            make_source({"source": "races", **params}, "data.train[1]")
+        assert "\n" not in str(info.value)
+
+
+def test_races_file_with_train_tasks_only_has_no_test_split(tmp_path, races_file):
+    rows = [json.loads(line) for line in races_file.read_text().splitlines()]
+    train_only = [r for r in rows if r["meta"]["split"] == "train"]
+    path = _write_jsonl(tmp_path / "train.jsonl", train_only)
+    source = make_source({"source": "races", "path": str(path)}, "w")
+    assert source.size("train") == len(train_only) and source.size("test") == 0
+    with pytest.raises(ConfigError, match="gives no test task"):
+        source.item("test", 0)
+
+
+# ------------------------------------------------------------------ dataset
+
+
+def test_dataset_answers_are_checked_by_the_verifier(math_file, verifier):
+    source = make_source({"source": "dataset", "path": str(math_file), "test_share": 0}, "w")
+    source.verifier = verifier
+    by_answer = {
+        t.answer: t for t in (source.item("train", i) for i in range(source.size("train")))
+    }
+    checks = [
+        ("\\frac{3}{4}", "0.75", True),
+        ("\\frac{3}{4}", "3/4", True),
+        ("\\frac{3}{4}", "\\frac{4}{3}", False),
+        ("(1, 2]", "(1,2]", True),
+        ("(1, 2]", "[1, 2]", False),
+        ("x^2+1", "1+x^2", True),
+        ("x^2+1", "x^2-1", False),
+    ]
+    for gold, said, correct in checks:
+        score = by_answer[gold].score(f"Thus \\boxed{{{said}}}.")
+        assert score.correct is correct and score.predicted == said, (gold, said, score)
+        assert score.reason  # the verifier's reason
+    last_counts = by_answer["x^2+1"].score("\\boxed{1+x^2} or rather \\boxed{x^2-1}")
+    assert not last_counts.correct and last_counts.predicted == "x^2-1"
+
+
+def test_dataset_test_share_splits_by_problem_hash(math_file):
+    counts = {}
+    for share in (0.0, 0.3, 1.0):
+        source = make_source(
+            {"source": "dataset", "path": str(math_file), "test_share": share}, "w"
+        )
+        counts[share] = (source.size("train"), source.size("test"))
+    n = len(MATH_ROWS)
+    assert counts[0.0] == (n, 0) and counts[1.0] == (0, n)
+    assert 0 < counts[0.3][1] < n and sum(counts[0.3]) == n
+
+
+def test_dataset_order_is_shuffled_per_pass_and_every_pass_holds_each_row_once(math_file):
+    source = make_source({"source": "dataset", "path": str(math_file), "seed": 4}, "w")
+    n = source.size("train")
+    first = [source.item("train", i).id for i in range(n)]
+    second = [source.item("train", n + i).id for i in range(n)]
+    assert sorted(first) == sorted(second) and len(set(first)) == n
+    assert first != second  # a new shuffle each pass
+    other = make_source({"source": "dataset", "path": str(math_file), "seed": 5}, "w")
+    assert [other.item("train", i).id for i in range(n)] != first
+
+
+def test_dataset_category_and_parquet(tmp_path, math_file):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "math.parquet"
+    rows = [{**r, "topic": r.get("topic", "other")} for r in MATH_ROWS]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    entry = {"source": "dataset", "path": str(path), "category_key": "topic"}
+    parquet = make_source(entry, "w")
+    jsonl = make_source({**entry, "path": str(math_file)}, "w")
+    for i in range(10):
+        a, b = parquet.item("train", i), jsonl.item("train", i)
+        assert (a.id, a.problem, a.answer) == (b.id, b.problem, b.answer)
+        assert a.meta["category"] in ("sums", "other")
+        assert a.meta["where"].startswith(f"{path} row ")
+
+
+def test_dataset_bad_inputs_name_file_and_line_or_key(tmp_path):
+    p = tmp_path / "d.jsonl"
+    good = json.dumps({"problem": "p0", "answer": "1"})
+    cases = [
+        ("", r"d\.jsonl: the dataset holds no rows", {}),
+        (f"{good}\n{{not json\n", r"d\.jsonl:2: not valid JSON", {}),
+        (f"{good}\n[1, 2]\n", r"d\.jsonl:2: expected a JSON object, got list", {}),
+        (f'{good}\n{{"question": "q", "answer": "2"}}\n', r"d\.jsonl:2: no 'problem' field", {}),
+        (f'{good}\n\n{{"problem": "q"}}\n', r"d\.jsonl:3: no 'answer' field", {}),
+        (f'{good}\n{{"problem": "q", "answer": "  "}}\n', r"d\.jsonl:2: 'answer' is empty", {}),
+        (f'{good}\n{{"problem": 7, "answer": "2"}}\n', r"d\.jsonl:2: 'problem' is int", {}),
+        (f'{good}\n{{"problem": "q", "answer": 2.5}}\n', r"d\.jsonl:2: 'answer' is float", {}),
+        ('{"q": "p0", "a": "1"}\n', r"d\.jsonl:1: no 'q2' field", {"problem_key": "q2"}),
+    ]
+    for text, message, params in cases:
+        p.write_text(text)
+        with pytest.raises(ConfigError, match=message) as info:
+            make_source({"source": "dataset", "path": str(p), **params}, "data.train[0]")
+        assert str(info.value).startswith("data.train[0]: ") and "\n" not in str(info.value)
+    for params, message in (
+        ({"path": str(tmp_path / "missing.jsonl")}, r"path: .*missing\.jsonl: no such file"),
+        ({"path": str(p), "test_share": 1.5}, r"data\.train\[0\]\.test_share must be in \[0, 1\]"),
+        ({"path": str(p), "answer": "x"}, r"unknown key 'data\.train\[0\]\.answer'"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            make_source({"source": "dataset", **params}, "data.train[0]")
+
+
+def test_dataset_empty_split_says_why(tmp_path, math_file):
+    source = make_source({"source": "dataset", "path": str(math_file), "test_share": 1}, "w")
+    with pytest.raises(ConfigError, match=r"the train split is empty: test_share=1 puts all"):
+        source.item("train", 0)
+    assert source.item("test", 0).split == "test"
+
+
+def test_dataset_decontamination_drops_and_reports(tmp_path, math_file, capsys):
+    bench = _write_jsonl(
+        tmp_path / "bench.jsonl",
+        [
+            {"problem": "Expand (x+i)(x-i).", "answer": "x^2+1"},
+            {"problem": "Unrelated.", "answer": "1"},
+        ],
+    )
+    entry = {"source": "dataset", "path": str(math_file), "decontaminate": [str(bench)]}
+    source = make_source(entry, "w")
+    assert source.dropped == 1
+    assert "dropped 1 of 40 rows" in capsys.readouterr().err
+    problems = {source.item(s, i).problem for s in ("train", "test") for i in range(40)}
+    assert "Expand (x+i)(x-i)." not in problems and len(problems) == 39
+    with pytest.raises(ConfigError, match=r"decontaminate\[0\]: unknown benchmark 'math5000'"):
+        make_source({**entry, "decontaminate": ["math5000"]}, "w")
+
+
+def test_contamination_index_moved_and_still_catches_long_and_short_copies():
+    from tirl.synth.filters import ContaminationIndex as FromSynth
+
+    assert FromSynth is ContaminationIndex
+    index = ContaminationIndex(["one two three four five six", "short one"], n=4)
+    assert index.contaminated("so: two three four five, said he")
+    assert index.contaminated("a short one indeed")
+    assert not index.contaminated("two three five four")
+
+
+def test_dataset_hf_without_the_datasets_package_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import fails; nothing is downloaded
+    with pytest.raises(ConfigError, match=r"hf:some/set needs the Hugging Face `datasets`"):
+        make_source({"source": "dataset", "path": "hf:some/set"}, "w")
+
+
+def test_dataset_hf_folder_saved_to_disk(tmp_path):
+    datasets = pytest.importorskip("datasets", reason="the optional `datasets` package")
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_list(MATH_ROWS[:10]).save_to_disk(str(folder))
+    source = make_source({"source": "dataset", "path": f"hf:{folder}", "test_share": 0}, "w")
+    assert source.size("train") == 10
+    assert source.item("train", 0).meta["where"].startswith(f"hf:{folder} row ")
+
+
+# ------------------------------------------------------------------ benchmark
+
+
+@needs_data
+def test_benchmark_files_read_through_the_source(verifier):
+    for name, size in (("aime25", 30), ("amc23", 40), ("olymmath-easy", 100)):
+        source = make_source(
+            {"source": "benchmark", "benchmark": name, "benchmark_dir": str(DATA_DIR)}, "w"
+        )
+        source.verifier = verifier
+        assert source.size("test") == size and source.size("train") == 0
+        task = source.item("test", 3)
+        assert task.id.startswith(f"benchmark/{name}/") and task.meta["scoring"] == "math"
+        assert task.score(f"\\boxed{{{task.answer}}}").correct
+    amc = make_source(
+        {"source": "benchmark", "benchmark": "amc23", "benchmark_dir": str(DATA_DIR)}, "w"
+    )
+    amc.verifier = verifier
+    assert amc.item("test", 0).answer == "27"  # the file's 27.0
+    assert amc.item("test", 0).score("\\boxed{27}").correct
+
+
+def test_benchmark_bad_inputs(tmp_path):
+    cases = [
+        ({"benchmark": "math5000"}, r"benchmark: unknown benchmark 'math5000'.*'math500'"),
+        ({"benchmark": str(tmp_path / "x.jsonl")}, r"benchmark: .*x\.jsonl does not exist"),
+        ({"benchmark": "math500", "benchmark_dir": str(tmp_path)}, r"no math500 file in"),
+    ]
+    bad = tmp_path / "b.jsonl"
+    bad.write_text('{"problem": "p", "answer": "1"}\n{"problem": "q"}\n')
+    cases.append(({"benchmark": str(bad)}, rf"{re.escape(str(bad))}:2: no answer"))
+    for params, message in cases:
+        with pytest.raises(ConfigError, match=message) as info:
+            make_source({"source": "benchmark", **params}, "eval.tasks[0]")
+        assert "\n" not in str(info.value)
+
+
+# ------------------------------------------------------------------ mixture
+
+
+def test_mixture_of_three_sources_keeps_exact_shares_and_restarts_anywhere(math_file):
+    entries = [
+        {"source": "arithmetic", "weight": 2},
+        {"source": "races", "weight": 1, **SMALL_RACES},
+        {"source": "dataset", "weight": 1, "path": str(math_file)},
+    ]
+    mixture = Mixture.from_entries(entries, "data.train", seed=1)
+    tasks = mixture.items("train", 400)
+    counts = {
+        name: sum(t.source == name for t in tasks) for name in ("arithmetic", "races", "dataset")
+    }
+    assert counts == {"arithmetic": 200, "races": 100, "dataset": 100}
+    for window in range(0, 400, 40):  # every window of 4 holds 2:1:1 too
+        names = sorted(t.source for t in tasks[window : window + 4])
+        assert names == ["arithmetic", "arithmetic", "dataset", "races"]
+    for k in (1, 157):
+        again = Mixture.from_entries(entries, "data.train", seed=1)
+        assert again.items("train", 400 - k, start=k) == tasks[k:]
