@@ -127,7 +127,7 @@ def test_sft_loader_tokenizes_segments_separately_and_masks_tool_output(tmp_path
     item.steps[1].output = "42"  # the real output, as the replace stage sets it
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(sft_record(item, "agentmath_tags")) + "\n")
-    for protocol, marker in (("agentmath_tags", "<interpreter>"), ("cir_fences", "```output")):
+    for protocol, marker in (("agentmath_tags", "<interpreter>"), (None, "<interpreter>")):
         (traj,) = load_sft_trajectories(path, tokenizer, protocol)
         kinds = [s.kind for s in traj.segments]
         assert kinds == [SegmentKind.PROMPT, SegmentKind.MODEL, SegmentKind.TOOL, SegmentKind.MODEL]
@@ -138,9 +138,11 @@ def test_sft_loader_tokenizes_segments_separately_and_masks_tool_output(tmp_path
         start = len(traj.segments[0].ids) + len(traj.segments[1].ids)
         assert set(mask[start : start + len(tool.ids)]) == {0}
         assert traj.segments[-1].ids[-1] == tokenizer.eos_token_id
+    with pytest.raises(ValueError, match="written in agentmath_tags, the run uses cir_fences"):
+        load_sft_trajectories(path, tokenizer, "cir_fences")  # an error, not a re-render
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1}\n')
-    with pytest.raises(ValueError, match="bad.jsonl:1: not a synth trajectory record"):
+    with pytest.raises(ValueError, match="bad.jsonl:1: missing field 'problem'"):
         load_sft_trajectories(bad, tokenizer)
 
 

@@ -7,6 +7,12 @@ one by hub name or path (e.g. ``Qwen/Qwen2.5-Math-1.5B``) wherever weights are a
 
 Digits are split one per token (as in Llama and Qwen tokenizers): a model that must copy
 numbers into code does far better when every number is spelled the same way.
+
+`train_tokenizer(..., chat_template=True)` makes a chat tokenizer in Qwen2.5's format
+(`<|im_start|>role\n...<|im_end|>\n`, eos `<|im_end|>`), written here, for tests and tiny runs
+of the chat-prompt path (`tirl.tasks.prompts`). `resolve_dtype` / `build_model(dtype=)` /
+`load_policy(dtype=)` hold the weights in bf16, fp16 or fp32 (the parameters themselves, not
+autocast); `set_gradient_checkpointing` trades compute for activation memory in training.
 """
 
 from __future__ import annotations
@@ -34,6 +40,28 @@ from tirl.files import replacing
 
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+
+# Qwen2.5's chat format, without its default system message: each message is
+# <|im_start|>{role}\n{content}<|im_end|>\n, and the generation prompt opens the assistant turn.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+}
 
 
 @dataclass(frozen=True)
@@ -47,8 +75,14 @@ class TinyModelSpec:
     max_positions: int = 256
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 384) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer trained on `texts`, digits split one per token."""
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 384, chat_template: bool = False
+) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on `texts`, digits split one per token. With
+    `chat_template`, `<|im_start|>` and `<|im_end|>` are special tokens too, the tokenizer
+    carries `CHAT_TEMPLATE` (Qwen2.5's format) and its eos is `<|im_end|>`, the end of a turn;
+    without, the tokenizer is exactly the plain one (same ids)."""
+    specials = [EOS, PAD, IM_START, IM_END] if chat_template else [EOS, PAD]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -59,18 +93,49 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 384) -> PreTrainedTo
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=[EOS, PAD],
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD)
+    if not chat_template:
+        return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=IM_END,
+        pad_token=PAD,
+        additional_special_tokens=[IM_START, EOS],
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """A torch dtype from its name ("bfloat16"/"bf16", "float16"/"fp16", "float32"/"fp32");
+    None stays None (the model's own dtype). An unknown name is a ConfigError."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ConfigError(
+            f"unknown model dtype {dtype!r}; expected one of bfloat16, float16, float32"
+        )
+    return DTYPES[dtype]
 
 
 def build_model(
-    tokenizer: PreTrainedTokenizerFast, spec: TinyModelSpec, seed: int
+    tokenizer: PreTrainedTokenizerFast,
+    spec: TinyModelSpec,
+    seed: int,
+    dtype: str | torch.dtype | None = None,
 ) -> PreTrainedModel:
-    """A randomly initialised model sized by `spec`, with the tokenizer's vocabulary."""
+    """A randomly initialised model sized by `spec`, with the tokenizer's vocabulary, its
+    weights in `dtype` (None: float32). The weights are drawn in float32 and then cast, so a
+    seed gives the same model up to rounding in every dtype."""
+    model = _build(tokenizer, spec, seed)
+    dtype = resolve_dtype(dtype)
+    return model if dtype is None else model.to(dtype)
+
+
+def _build(tokenizer: PreTrainedTokenizerFast, spec: TinyModelSpec, seed: int) -> PreTrainedModel:
     torch.manual_seed(seed)
     common = dict(
         vocab_size=len(tokenizer),
@@ -129,14 +194,60 @@ def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, path
         tokenizer.save_pretrained(tmp)
 
 
-def load_policy(name_or_path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """Load a causal LM and its tokenizer from a local folder or a hub name. One that cannot be
-    loaded (no such folder or hub name, offline, no weights) is a ConfigError in one line."""
+def load_policy(
+    name_or_path: str | Path, dtype: str | torch.dtype | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """Load a causal LM and its tokenizer from a local folder or a hub name, the weights in
+    `dtype` (None: as transformers loads them by default). One that cannot be loaded (no such
+    folder or hub name, offline, no weights) is a ConfigError in one line."""
     tokenizer = loading(name_or_path, AutoTokenizer.from_pretrained)
-    model = loading(name_or_path, AutoModelForCausalLM.from_pretrained)
+    torch_dtype = resolve_dtype(dtype)
+    if torch_dtype is None:
+        model = loading(name_or_path, AutoModelForCausalLM.from_pretrained)
+    else:
+        model = loading(name_or_path, lambda p: _from_pretrained(p, torch_dtype))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def _from_pretrained(path: str, dtype: torch.dtype) -> PreTrainedModel:
+    """`from_pretrained` with the weights loaded in `dtype` (the argument is `dtype` since
+    transformers 4.56, the oldest we support), cast again in case a model class ignores it."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    return model if model.dtype == dtype else model.to(dtype)
+
+
+def set_gradient_checkpointing(model: PreTrainedModel, enabled: bool) -> None:
+    """Recompute activations in the backward pass instead of keeping them (less memory, about
+    one more forward of compute) when `enabled`; off otherwise. Non-reentrant checkpointing, so
+    it works with inputs that need no grad and with frozen parts. transformers 5 calls it
+    activation checkpointing (the old names still work, with a warning); both are handled. A
+    model class without support is a ConfigError."""
+    new_api = hasattr(model, "activation_checkpointing_enable")
+    if not enabled:
+        on = model.is_activation_checkpointing if new_api else model.is_gradient_checkpointing
+        if on:
+            disable = "activation" if new_api else "gradient"
+            getattr(model, f"{disable}_checkpointing_disable")()
+        return
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ConfigError(
+            f"{type(model).__name__} does not support gradient checkpointing"
+            " (set model.gradient_checkpointing=false)"
+        )
+    kwargs = {"use_reentrant": False}
+    if new_api:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def is_gradient_checkpointing(model: PreTrainedModel) -> bool:
+    """Whether `set_gradient_checkpointing(model, True)` is in effect."""
+    if hasattr(model, "is_activation_checkpointing"):
+        return bool(model.is_activation_checkpointing)
+    return bool(getattr(model, "is_gradient_checkpointing", False))
 
 
 def loading(name_or_path: str | Path, load):

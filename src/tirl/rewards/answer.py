@@ -129,7 +129,15 @@ def normalize_integer_answer(s: str | None) -> int | None:
     return int(t.replace(",", ""))
 
 
-_CODE_BLOCK = re.compile(r"```python\n.*?(\n```|$)", re.DOTALL)
+# The model's own code, in either protocol (CIR fences or AgentMath tags), closed or cut off.
+_CODE_BLOCK = re.compile(r"```python\n.*?(\n```|$)|<code>.*?(</code>|$)", re.DOTALL)
+
+
+def prose_text(traj: Trajectory) -> str:
+    """What a scorer reads: the model's text without the inside of its code blocks. Tool output
+    is never part of it (DESIGN.md invariant 3), and `print("\\boxed{42}")` is a program that
+    prints a box, not an answer."""
+    return _CODE_BLOCK.sub("", traj.model_text)
 
 
 def answer_from_trajectory(traj: Trajectory, formats: Sequence[str] = ("boxed",)) -> str | None:
@@ -139,4 +147,4 @@ def answer_from_trajectory(traj: Trajectory, formats: Sequence[str] = ("boxed",)
     `print("\\boxed{42}")` is a program that prints a box, not an answer. `formats` as in
     `extract_answer`; pass ("boxed", "answer_tag") for prompts that ask for `<answer>` tags.
     """
-    return extract_answer(_CODE_BLOCK.sub("", traj.model_text), formats)
+    return extract_answer(prose_text(traj), formats)

@@ -6,6 +6,10 @@ keeps one stateful sandbox session for all its code blocks, opened at its first 
 
 What the trajectory holds is exactly what the model saw: the prompt ids, the ids the sampler
 returned, and the ids of each tool output tokenized on its own (DESIGN.md invariant 1).
+A prompt is text (tokenized without special tokens added) or ids: a chat prompt is passed as
+the exact ids of its template (`tirl.tasks.prompts.PromptRenderer.prompt_ids`). Tool output is
+tokenized with special-token spellings kept as text (`tirl.protocol.tokens.encode_literal`), so
+code that prints `<|im_end|>` or `<|endoftext|>` cannot end the model's turn.
 
 Scheduling limits (`Rollout(max_generating=, max_tool_calls=)`): at most `max_generating`
 trajectories have a request at the engine and at most `max_tool_calls` cells (or session
@@ -52,10 +56,13 @@ from tqdm.auto import tqdm
 
 from tirl.protocol.fences import CIR_FENCES, Protocol
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
+from tirl.protocol.tokens import encode_literal
 from tirl.sandbox import Sandbox, SessionBase, format_result
 
 BUDGET_SPENT_MESSAGE = "Tool-call budget spent: this code was not run."
 VERSIONS_KEY = "policy_versions"  # meta key: one policy version per segment (None if not sampled)
+
+Prompt = str | Sequence[int]  # text, or the exact token ids (a chat template's)
 
 
 def _call_seed(traj: Trajectory) -> dict:
@@ -187,20 +194,25 @@ class Rollout:
         self._running: dict[object, _Run] = {}
 
     def encode(self, text: str) -> list[int]:
+        """A text prompt's ids (a special token spelt in it stays special, as before)."""
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encode_tool_output(self, text: str) -> list[int]:
+        """A tool segment's ids: special-token spellings in the text stay ordinary tokens."""
+        return encode_literal(self.tokenizer, text)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     # ------------------------------------------------------------------ public API
     async def run(
-        self, prompt: str, settings: RolloutSettings, meta: dict | None = None
+        self, prompt: Prompt, settings: RolloutSettings, meta: dict | None = None
     ) -> Trajectory:
-        """One whole trajectory (segment budgets are ignored)."""
+        """One whole trajectory (segment budgets are ignored). `prompt`: text or token ids."""
         return await self._go(self._new_run(prompt, meta), settings, segmented=False)
 
     async def start(
-        self, prompt: str, settings: RolloutSettings, meta: dict | None = None
+        self, prompt: Prompt, settings: RolloutSettings, meta: dict | None = None
     ) -> Trajectory | PartialRollout:
         """The first segment of a trajectory: finished, or partial at the segment budget."""
         return await self._go(self._new_run(prompt, meta), settings, segmented=True)
@@ -240,7 +252,7 @@ class Rollout:
 
     async def run_many(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[Prompt],
         settings: RolloutSettings,
         metas: Sequence[dict] | None = None,
         progress: str | None = None,
@@ -249,7 +261,7 @@ class Rollout:
         metas = metas or [{} for _ in prompts]
         bar = tqdm(total=len(prompts), desc=progress, leave=False, disable=progress is None)
 
-        async def one(prompt: str, meta: dict) -> Trajectory:
+        async def one(prompt: Prompt, meta: dict) -> Trajectory:
             traj = await self.run(prompt, settings, meta)
             bar.update()
             return traj
@@ -260,10 +272,16 @@ class Rollout:
             bar.close()
 
     # ------------------------------------------------------------------ one trajectory
-    def _new_run(self, prompt: str, meta: dict | None) -> _Run:
+    def _new_run(self, prompt: Prompt, meta: dict | None) -> _Run:
         key = next(self._keys)
         meta = dict(meta or {})
-        prompt_ids = self.encode(prompt)
+        if isinstance(prompt, str):
+            prompt_ids = self.encode(prompt)
+        else:
+            prompt_ids = [int(i) for i in prompt]
+            if not prompt_ids:
+                raise ValueError("a prompt given as ids needs at least one id")
+            prompt = self.tokenizer.decode(prompt_ids)  # shown as is, special tokens included
         traj = Trajectory(segments=[Segment(SegmentKind.PROMPT, prompt_ids, prompt)], meta=meta)
         traj.meta[VERSIONS_KEY] = [None]
         return _Run(meta.get("rollout_id", key), traj, None, key, prompt_ids)
@@ -338,7 +356,7 @@ class Rollout:
             call = await self._tool_call(run, code, settings)
             traj.tool_calls.append(call)
             tool_text = protocol.render_output(call.output_text)
-            run.feed = self.encode(tool_text)
+            run.feed = self.encode_tool_output(tool_text)
             self._append(traj, Segment(SegmentKind.TOOL, run.feed, tool_text), None)
             seg_calls += 1
             if traj.num_model_tokens >= settings.max_model_tokens:

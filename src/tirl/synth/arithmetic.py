@@ -1,37 +1,51 @@
-"""Teacher-free demonstrations for the arithmetic tasks.
+"""Teacher-free demonstrations for the arithmetic items (`tirl.envs.arithmetic.ArithmeticItem`).
 
-A code-integrated demonstration is the code that computes the answer, the real output of the
-sandbox (through the one shared formatter, DESIGN.md invariant 4), and the boxed answer. A
-text-only demonstration states the boxed answer directly. Each segment is tokenized on its
-own, exactly as a rollout would produce it: the model's segments end where the rollout would
-stop them, and the tool output is tokenized separately.
+Thin helpers over `tirl.tasks.prompts` (the plain prompt) and `tirl.tasks.demos` (parts to
+token trajectories), kept for the callers that work with `ArithmeticItem`s. A code-integrated
+demonstration is the code that computes the answer, the real output of the sandbox (through the
+one shared formatter, DESIGN.md invariant 4), and the boxed answer. A text-only demonstration
+states the boxed answer directly. Each segment is tokenized on its own, exactly as a rollout
+would produce it (see `tirl.tasks.demos`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
-
-from tqdm.auto import tqdm
 
 from tirl.envs.arithmetic import ArithmeticItem
 from tirl.protocol.fences import CIR_FENCES, Protocol
-from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
-from tirl.sandbox import Sandbox, Status, format_result
+from tirl.protocol.segments import Segment, SegmentKind, Trajectory
+from tirl.protocol.tokens import encode_literal
+from tirl.tasks.base import Code, DemoPart, Think
+from tirl.tasks.demos import demo_segment_texts, demo_trajectory, run_demo_codes
+from tirl.tasks.prompts import PLAIN_TEMPLATE, PromptRenderer
+from tirl.tasks.sources.arithmetic import ANSWER_TEMPLATE, TEXT_ANSWER_TEMPLATE
 
-PROMPT_TEMPLATE = "Problem: {question}\nSolution:\n"
-ANSWER_TEMPLATE = "The answer is \\boxed{{{answer}}}."
-# Text-only answers are guesses; a different lead-in keeps a model that learns both styles
-# from mixing "copy the interpreter's output" with "guess" at the same context.
-TEXT_ANSWER_TEMPLATE = "My estimate is \\boxed{{{answer}}}."
+__all__ = [
+    "ANSWER_TEMPLATE",
+    "TEXT_ANSWER_TEMPLATE",
+    "code_demonstrations",
+    "code_for",
+    "demonstration_texts",
+    "prompt_for",
+    "run_codes",
+    "text_demonstrations",
+    "text_only_texts",
+    "to_trajectory",
+]
 
 
 def prompt_for(task: ArithmeticItem) -> str:
-    return PROMPT_TEMPLATE.format(question=task.question)
+    return PLAIN_TEMPLATE.format(problem=task.question)
 
 
 def code_for(task: ArithmeticItem) -> str:
     return f"print({task.expression})"
+
+
+def code_parts(task: ArithmeticItem, output: str) -> list[DemoPart]:
+    """The code, then the answer copied from the interpreter's output."""
+    return [Code(code_for(task), output), Think(ANSWER_TEMPLATE.format(answer=output))]
 
 
 def demonstration_texts(
@@ -40,12 +54,8 @@ def demonstration_texts(
     """The (kind, text) segments of a code-integrated demonstration. The text is the same in
     both boundary modes; in stop-token mode the model's segment also writes the stop marker
     (CIR Figure 1a), so a policy fine-tuned on it learns to ask for execution."""
-    return [
-        (SegmentKind.PROMPT, prompt_for(task)),
-        (SegmentKind.MODEL, protocol.render_code(code_for(task))),
-        (SegmentKind.TOOL, protocol.render_output(output)),
-        (SegmentKind.MODEL, ANSWER_TEMPLATE.format(answer=output)),
-    ]
+    segments = demo_segment_texts(protocol, code_parts(task, output), [output])
+    return [(SegmentKind.PROMPT, prompt_for(task)), *segments]
 
 
 def text_only_texts(task: ArithmeticItem) -> list[tuple[SegmentKind, str]]:
@@ -56,9 +66,17 @@ def text_only_texts(task: ArithmeticItem) -> list[tuple[SegmentKind, str]]:
 
 
 def to_trajectory(parts: Sequence[tuple[SegmentKind, str]], tokenizer, meta: dict) -> Trajectory:
-    """Tokenize each segment on its own and end the last model segment with end-of-sequence."""
+    """Tokenize each (kind, text) segment on its own (model and tool text with special-token
+    spellings kept as text, as `tirl.tasks.demos` does) and end the last segment with
+    end-of-sequence."""
     segments = [
-        Segment(kind, tokenizer(text, add_special_tokens=False)["input_ids"], text)
+        Segment(
+            kind,
+            tokenizer(text, add_special_tokens=False)["input_ids"]
+            if kind is SegmentKind.PROMPT
+            else encode_literal(tokenizer, text),
+            text,
+        )
         for kind, text in parts
     ]
     segments[-1].ids.append(tokenizer.eos_token_id)
@@ -66,26 +84,17 @@ def to_trajectory(parts: Sequence[tuple[SegmentKind, str]], tokenizer, meta: dic
 
 
 async def run_codes(
-    sandbox: Sandbox, tasks: Sequence[ArithmeticItem], max_chars: int, concurrency: int = 16
+    sandbox, tasks: Sequence[ArithmeticItem], max_chars: int, concurrency: int = 16
 ) -> list[str]:
     """The model-visible output of each task's code, run in the sandbox."""
-    gate = asyncio.Semaphore(concurrency)
-    bar = tqdm(total=len(tasks), desc="sandbox: run demonstration code", leave=False)
-
-    async def one(task: ArithmeticItem) -> str:
-        async with gate:
-            result = await sandbox.run_once(code_for(task))
-        bar.update()
-        if result.status is not Status.OK:
-            raise RuntimeError(
-                f"demonstration code for {task.question!r} failed: {format_result(result)}"
-            )
-        return format_result(result, max_chars=max_chars)
-
-    try:
-        return list(await asyncio.gather(*(one(t) for t in tasks)))
-    finally:
-        bar.close()
+    outputs = await run_demo_codes(
+        sandbox,
+        [[Code(code_for(t))] for t in tasks],
+        max_chars,
+        names=[repr(t.question) for t in tasks],
+        concurrency=concurrency,
+    )
+    return [out for (out,) in outputs]
 
 
 def code_demonstrations(
@@ -94,15 +103,24 @@ def code_demonstrations(
     tokenizer,
     protocol: Protocol = CIR_FENCES,
 ) -> list[Trajectory]:
-    demos = []
-    for task, output in zip(tasks, outputs):
-        traj = to_trajectory(
-            demonstration_texts(task, output, protocol), tokenizer, {"question": task.question}
+    renderer = PromptRenderer(tokenizer, protocol, chat=False)
+    return [
+        demo_trajectory(
+            renderer, task.question, code_parts(task, output), [output], {"question": task.question}
         )
-        traj.tool_calls.append(ToolCall(code_for(task), "ok", output))
-        demos.append(traj)
-    return demos
+        for task, output in zip(tasks, outputs)
+    ]
 
 
 def text_demonstrations(tasks: Sequence[ArithmeticItem], tokenizer) -> list[Trajectory]:
-    return [to_trajectory(text_only_texts(t), tokenizer, {"question": t.question}) for t in tasks]
+    renderer = PromptRenderer(tokenizer, CIR_FENCES, chat=False)
+    return [
+        demo_trajectory(
+            renderer,
+            t.question,
+            [Think(TEXT_ANSWER_TEMPLATE.format(answer=t.answer))],
+            [],
+            {"question": t.question},
+        )
+        for t in tasks
+    ]

@@ -8,22 +8,25 @@ teacher simulated); `render_parts` writes them back in exactly one protocol
 unclosed block, an output block with no code before it, no code at all) raises `FormatError`
 with the reason, and the format stage rejects it.
 
-The SFT record stores the steps, so `load_sft_trajectories` can render them in either protocol.
-Each segment is tokenized on its own (the tool output separately, so it is loss-masked), as
-`tirl.synth.arithmetic` does for the quickstart demonstrations.
+The SFT record stores the steps and the protocol they were written in; `load_sft_trajectories`
+reads them back (`tirl.tasks.sft_file`) as token trajectories (`tirl.tasks.demos`), each segment
+tokenized on its own (the tool output separately, so it is loss-masked). Steps become text in
+one place (`tirl.tasks.sft_file.steps_to_parts` + `tirl.tasks.demos.demo_segment_texts`), so the
+`parts` a record shows are the text its trajectory is tokenized from.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from tirl.protocol import get_protocol
-from tirl.protocol.segments import SegmentKind, ToolCall, Trajectory
+from tirl.protocol.segments import SegmentKind, Trajectory
 from tirl.protocol.tags import THINK_CLOSE, THINK_OPEN
-from tirl.synth.arithmetic import PROMPT_TEMPLATE, to_trajectory
 from tirl.synth.records import Step
+from tirl.tasks.demos import demo_segment_texts, demo_trajectory, recorded_outputs
+from tirl.tasks.prompts import PLAIN_TEMPLATE, PromptRenderer
+from tirl.tasks.sft_file import read_sft_records, steps_to_parts
 
 _BLOCK = re.compile(
     r"<code>[ \t]*\n?(?P<tag_code>.*?)\n?[ \t]*</code>"
@@ -90,26 +93,10 @@ def render_parts(problem: str, steps: list[Step], protocol_name: str) -> list[tu
     """(kind, text) segments: the prompt, then model text ending at each code block's close
     (where a rollout would stop), the shown output as a tool segment, and so on. With AgentMath
     tags, reasoning before a block is wrapped in <think>; the closing text is not."""
-    protocol = get_protocol(protocol_name)
-    tags = protocol_name == "agentmath_tags"
-    parts: list[tuple[str, str]] = [
-        (SegmentKind.PROMPT.value, PROMPT_TEMPLATE.format(question=problem))
-    ]
-    model = ""
-    for i, step in enumerate(steps):
-        if step.kind == "text":
-            before_code = any(s.kind == "code" for s in steps[i + 1 :])
-            wrap = tags and before_code
-            model += f"{THINK_OPEN}{step.text}{THINK_CLOSE}\n" if wrap else step.text + "\n"
-            continue
-        model += protocol.render_code(step.text)
-        parts.append((SegmentKind.MODEL.value, model))
-        shown = step.output if step.output is not None else (step.simulated or "")
-        parts.append((SegmentKind.TOOL.value, protocol.render_output(shown)))
-        model = ""
-    if model.strip():
-        parts.append((SegmentKind.MODEL.value, model.rstrip("\n")))
-    return parts
+    parts = steps_to_parts([vars(s) for s in steps], protocol_name)
+    segments = demo_segment_texts(get_protocol(protocol_name), parts, recorded_outputs(parts))
+    prompt = (SegmentKind.PROMPT.value, PLAIN_TEMPLATE.format(problem=problem))
+    return [prompt, *((kind.value, text) for kind, text in segments)]
 
 
 def model_text(parts: list[tuple[str, str]]) -> str:
@@ -132,28 +119,30 @@ def sft_record(item, protocol_name: str) -> dict:
 
 
 def load_sft_trajectories(
-    path: str | Path, tokenizer, protocol: str | None = None
+    path: str | Path,
+    tokenizer,
+    protocol: str | None = None,
+    renderer: PromptRenderer | None = None,
 ) -> list[Trajectory]:
-    """Trajectories for `tirl.train.sft.train_sft` from a synth output JSONL. `protocol`
-    re-renders the steps in that protocol (default: the one each record was written in)."""
+    """Trajectories for `tirl.train.sft.train_sft` from a synth output JSONL. `protocol`: the
+    run's protocol, which every record must be written in (a `ConfigError` naming file:line
+    otherwise; None accepts each record's own). `renderer` writes the prompts (plain prompts in
+    the record's protocol by default; given, its protocol is the run's)."""
+    if renderer is not None:
+        protocol = renderer.protocol.name
+    renderers: dict[str, PromptRenderer] = {}
     trajs = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            steps = [Step(**s) for s in rec["steps"]]
-            name = protocol or rec["protocol"]
-            parts = render_parts(rec["problem"], steps, name)
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f"{path}:{n}: not a synth trajectory record ({e})") from None
-        traj = to_trajectory(
-            [(SegmentKind(k), t) for k, t in parts],
-            tokenizer,
-            {"id": rec["id"], "answer": rec["answer"]},
+    for rec in read_sft_records(path, protocol):
+        if renderer is None:
+            if rec.protocol not in renderers:
+                renderers[rec.protocol] = PromptRenderer(tokenizer, rec.protocol, chat=False)
+            use = renderers[rec.protocol]
+        else:
+            use = renderer
+        traj = demo_trajectory(
+            use, rec.problem, rec.parts, None, {"id": rec.id, "answer": rec.answer}
         )
-        traj.tool_calls = [
-            ToolCall(s.text, s.status or "ok", s.output or "") for s in steps if s.kind == "code"
-        ]
+        for call, status in zip(traj.tool_calls, rec.statuses):
+            call.status = status
         trajs.append(traj)
     return trajs

@@ -1,0 +1,30 @@
+"""Text that must stay text: tokenizing tool output (and demonstration text) without special tokens.
+
+A sandbox prints whatever the model's code prints. If that output says `<|im_end|>` (or
+`<|endoftext|>`), an ordinary tokenizer call turns it into the special token, and the turn (or
+the sequence) ends inside the interpreter's answer: the model is shown a conversation it never
+had, and an RL rollout can be ended by the code it wrote. Here the text's special-token
+spellings stay ordinary tokens (`split_special_tokens=True`), and the result is checked, so a
+tokenizer that ignores the flag fails loudly instead of silently.
+
+Used by the rollout (tool output appended to a live trajectory) and by demonstrations
+(`tirl.tasks.demos`), so both tokenize the same text to the same ids (DESIGN.md invariant 1).
+Prompts are not tokenized here: a chat prompt's special tokens are real (its ids come from the
+chat template).
+"""
+
+from __future__ import annotations
+
+
+def encode_literal(tokenizer, text: str) -> list[int]:
+    """The ids of `text` with no special token in them: a special token's spelling in `text`
+    becomes the ordinary tokens of that spelling. Raises ValueError for a tokenizer that cannot
+    do this (one that ignores `split_special_tokens`)."""
+    ids = tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    special = set(tokenizer.all_special_ids)
+    if special.intersection(ids):
+        raise ValueError(
+            f"{type(tokenizer).__name__} turned text into special tokens even with"
+            " split_special_tokens=True; tool output cannot be tokenized safely with it"
+        )
+    return list(ids)

@@ -1,0 +1,147 @@
+"""Demonstrations as token trajectories, exactly as a rollout would have produced them.
+
+A demonstration is a task's problem and its parts (`Think` text and `Code` blocks, from a
+source's `demonstration` or a `tirl synth` file), with the interpreter's output for each block.
+`demo_trajectory` writes it in the run's protocol and prompt style (`PromptRenderer`):
+
+    <prompt>  the renderer's ids (plain text, or the chat template up to the assistant turn)
+    <model>   Think text ... the code block (+ the stop marker in stop-token mode)
+    <tool>    the interpreter's output, rendered by the protocol       (loss mask 0)
+    <model>   ... the answer, then the renderer's eos id (`<|im_end|>` in chat)
+
+Each segment is tokenized on its own (DESIGN.md invariant 1): a model segment ends where a
+rollout's generation would stop (the block's close, or its stop marker), and the tool output is
+tokenized separately, as the rollout does, with special-token spellings kept as text
+(`tirl.protocol.tokens.encode_literal`: a printed `<|im_end|>` never ends the turn). Model text
+is tokenized the same way: the only special token a demonstration teaches is the final eos.
+
+`run_demo_codes` fills in the outputs of blocks that have none, through the sandbox and the one
+formatter (DESIGN.md invariant 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from tqdm.auto import tqdm
+
+from tirl.protocol import Protocol
+from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
+from tirl.protocol.tokens import encode_literal
+from tirl.sandbox import Status, format_result
+from tirl.tasks.base import Code, DemoPart, Think
+from tirl.tasks.prompts import PromptRenderer
+
+
+def demo_segment_texts(
+    protocol: Protocol, parts: Sequence[DemoPart], outputs: Sequence[str]
+) -> list[tuple[SegmentKind, str]]:
+    """The (kind, text) segments after the prompt: Think text runs into the next code block
+    (one model segment, ending where a rollout stops), each block's output is a tool segment,
+    and text after the last block is the closing model segment. `outputs` holds one shown
+    output per Code part, in order. The text is the same in both boundary modes; only where
+    the model's segment ends moves (`Protocol.render_code` / `render_output`)."""
+    codes = [p for p in parts if isinstance(p, Code)]
+    if len(outputs) != len(codes):
+        raise ValueError(f"{len(codes)} code blocks but {len(outputs)} outputs")
+    texts: list[tuple[SegmentKind, str]] = []
+    model = ""
+    shown = iter(outputs)
+    for part in parts:
+        if isinstance(part, Think):
+            model += part.text
+        elif isinstance(part, Code):
+            texts.append((SegmentKind.MODEL, model + protocol.render_code(part.source)))
+            texts.append((SegmentKind.TOOL, protocol.render_output(next(shown))))
+            model = ""
+        else:
+            raise TypeError(f"a demonstration part is Think or Code, not {type(part).__name__}")
+    if model:
+        texts.append((SegmentKind.MODEL, model))
+    return texts
+
+
+def recorded_outputs(parts: Sequence[DemoPart]) -> list[str]:
+    """The outputs recorded on the Code parts (each must have one)."""
+    codes = [p for p in parts if isinstance(p, Code)]
+    missing = sum(c.output is None for c in codes)
+    if missing:
+        raise ValueError(f"{missing} code block(s) have no output: run them (run_demo_codes)")
+    return [c.output for c in codes]  # type: ignore[misc]
+
+
+def demo_trajectory(
+    renderer: PromptRenderer,
+    task_problem: str,
+    parts: Sequence[DemoPart],
+    outputs: Sequence[str] | None = None,
+    meta: dict | None = None,
+) -> Trajectory:
+    """The token trajectory of one demonstration (see the module doc). `outputs`: one shown
+    output per Code part (None: the outputs recorded on the parts). The last model segment
+    ends with `renderer.eos_id`; a demonstration that ends with a tool output gets a model
+    segment of that id alone, as a rollout whose model stops there would."""
+    outputs = recorded_outputs(parts) if outputs is None else list(outputs)
+    tokenizer = renderer.tokenizer
+    prompt_ids = renderer.prompt_ids(task_problem)
+    segments = [Segment(SegmentKind.PROMPT, prompt_ids, renderer.prompt_text(task_problem))]
+    for kind, text in demo_segment_texts(renderer.protocol, parts, outputs):
+        segments.append(Segment(kind, encode_literal(tokenizer, text), text))
+    if segments[-1].kind is SegmentKind.MODEL and len(segments) > 1:
+        segments[-1].ids.append(renderer.eos_id)
+    else:
+        segments.append(Segment(SegmentKind.MODEL, [renderer.eos_id], ""))
+    codes = [p for p in parts if isinstance(p, Code)]
+    return Trajectory(
+        segments=segments,
+        tool_calls=[ToolCall(c.source, "ok", out) for c, out in zip(codes, outputs)],
+        meta=dict(meta or {}),
+    )
+
+
+async def run_demo_codes(
+    sandbox,
+    parts_list: Sequence[Sequence[DemoPart]],
+    max_chars: int,
+    names: Sequence[str] | None = None,
+    concurrency: int = 16,
+) -> list[list[str]]:
+    """The shown output of every Code part of every demonstration, in order: a recorded output
+    as it is, a missing one from running the block in the sandbox (`format_result`, the one
+    formatter). A demonstration's blocks run in order in one session, so later blocks see
+    earlier variables. A block that fails is a RuntimeError naming its task (`names[i]`, e.g.
+    the task id): a demonstration must not teach a failing call it does not mean to."""
+    if names is None:
+        names = [f"demonstration {i}" for i in range(len(parts_list))]
+    gate = asyncio.Semaphore(concurrency)
+    to_run = sum(any(isinstance(p, Code) and p.output is None for p in ps) for ps in parts_list)
+    bar = tqdm(total=to_run, desc="sandbox: run demonstration code", leave=False)
+
+    async def one(parts: Sequence[DemoPart], name: str) -> list[str]:
+        codes = [p for p in parts if isinstance(p, Code)]
+        if all(c.output is not None for c in codes):
+            return [c.output for c in codes]  # type: ignore[misc]
+        outputs = []
+        async with gate:
+            session = await sandbox.session()
+            try:
+                for code in codes:
+                    if code.output is not None:
+                        outputs.append(code.output)
+                        continue
+                    result = await session.run(code.source)
+                    if result.status is not Status.OK:
+                        raise RuntimeError(
+                            f"demonstration code for task {name} failed: {format_result(result)}"
+                        )
+                    outputs.append(format_result(result, max_chars=max_chars))
+            finally:
+                await session.close()
+        bar.update()
+        return outputs
+
+    try:
+        return list(await asyncio.gather(*(one(p, n) for p, n in zip(parts_list, names))))
+    finally:
+        bar.close()
