@@ -5,7 +5,12 @@ import math
 import pytest
 
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
-from tirl.rewards.answer import answer_from_trajectory, extract_boxed, normalize_integer_answer
+from tirl.rewards.answer import (
+    answer_from_trajectory,
+    extract_boxed,
+    normalize_integer_answer,
+    prose_text,
+)
 from tirl.rewards.reward import make_reward
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 
@@ -84,6 +89,11 @@ def test_boxed_in_tool_output_never_scores():
     )
     assert r"\boxed{42}" in traj.response_text
     assert answer_from_trajectory(traj) is None
+
+
+def test_a_code_block_cut_off_by_the_token_limit_is_not_read():
+    traj = Trajectory(segments=[Segment(SegmentKind.MODEL, [2], 'ok <code>\nprint("\\boxed{4')])
+    assert prose_text(traj) == "ok "
 
 
 def test_answer_comes_from_model_even_when_tool_boxes_later():
@@ -195,5 +205,38 @@ def test_a_box_inside_the_models_own_code_is_not_an_answer():
         ]
     )
     assert answer_from_trajectory(traj) is None
+
+
+def test_a_code_block_cut_off_by_the_token_limit_is_not_read():
+    traj = Trajectory(segments=[Segment(SegmentKind.MODEL, [2], 'ok <code>\nprint("\\boxed{4')])
+    assert prose_text(traj) == "ok "
     traj.segments.append(Segment(SegmentKind.MODEL, [3], "so \\boxed{7}"))
     assert answer_from_trajectory(traj) == "7"
+
+
+# ---------------------------------------------------------------- prose_text
+
+
+@pytest.mark.parametrize(
+    "model_text",
+    [
+        '```python\nprint("\\\\boxed{42}")\n```',  # CIR fences, closed
+        '<code>\nprint("\\\\boxed{42}")\n</code>',  # AgentMath tags, closed
+    ],
+)
+def test_a_box_or_answer_tag_inside_the_models_own_code_is_not_read(model_text):
+    traj = Trajectory(
+        segments=[
+            Segment(SegmentKind.PROMPT, [1], "\\boxed{42} <answer>42</answer>"),
+            Segment(SegmentKind.MODEL, [2], model_text + "<answer>7</answer>"),
+            Segment(SegmentKind.TOOL, [3], "\\boxed{42}"),
+        ]
+    )
+    prose = prose_text(traj)
+    assert "42" not in prose and prose.endswith("<answer>7</answer>")
+    assert answer_from_trajectory(traj) is None
+
+
+def test_a_code_block_cut_off_by_the_token_limit_is_not_read():
+    traj = Trajectory(segments=[Segment(SegmentKind.MODEL, [2], 'ok <code>\nprint("\\boxed{4')])
+    assert prose_text(traj) == "ok "
