@@ -1,4 +1,5 @@
-from tirl.envs.arithmetic import ArithmeticEnv, ArithmeticItem, verify
+from tirl.envs.arithmetic import ArithmeticEnv
+from tirl.tasks.sources.arithmetic import score_integer
 from tirl.envs.seeding import item_rng, split_of
 
 
@@ -39,10 +40,13 @@ def test_gold_answers_are_right(env):
         assert str(eval(task.expression)) == task.answer  # our own generated arithmetic
 
 
-def test_verify_accepts_only_the_gold_integer():
-    task = ArithmeticItem("Compute 12 * 12.", "144", "12 * 12", "product", "test", 0)
-    assert verify(task, "144") and verify(task, " 144 ") and verify(task, "0144")
-    assert not verify(task, "145") and not verify(task, None) and not verify(task, "144.5")
+def test_the_arithmetic_scorer_accepts_only_the_gold_integer():
+    def correct(text: str) -> bool:
+        return score_integer(144, text).correct
+
+    assert correct("\\boxed{144}") and correct("\\boxed{ 144 }") and correct("\\boxed{0144}")
+    assert correct("\\boxed{1,44}") is False and correct("so \\boxed{1,440}") is False
+    assert not correct("\\boxed{145}") and not correct("144") and not correct("\\boxed{144.5}")
 
 
 def test_bad_config_is_rejected():

@@ -91,11 +91,6 @@ def test_boxed_in_tool_output_never_scores():
     assert answer_from_trajectory(traj) is None
 
 
-def test_a_code_block_cut_off_by_the_token_limit_is_not_read():
-    traj = Trajectory(segments=[Segment(SegmentKind.MODEL, [2], 'ok <code>\nprint("\\boxed{4')])
-    assert prose_text(traj) == "ok "
-
-
 def test_answer_comes_from_model_even_when_tool_boxes_later():
     traj = _traj(
         (P, [1], "Q"),
@@ -210,8 +205,6 @@ def test_a_box_inside_the_models_own_code_is_not_an_answer():
 def test_a_code_block_cut_off_by_the_token_limit_is_not_read():
     traj = Trajectory(segments=[Segment(SegmentKind.MODEL, [2], 'ok <code>\nprint("\\boxed{4')])
     assert prose_text(traj) == "ok "
-    traj.segments.append(Segment(SegmentKind.MODEL, [3], "so \\boxed{7}"))
-    assert answer_from_trajectory(traj) == "7"
 
 
 # ---------------------------------------------------------------- prose_text
@@ -235,8 +228,3 @@ def test_a_box_or_answer_tag_inside_the_models_own_code_is_not_read(model_text):
     prose = prose_text(traj)
     assert "42" not in prose and prose.endswith("<answer>7</answer>")
     assert answer_from_trajectory(traj) is None
-
-
-def test_a_code_block_cut_off_by_the_token_limit_is_not_read():
-    traj = Trajectory(segments=[Segment(SegmentKind.MODEL, [2], 'ok <code>\nprint("\\boxed{4')])
-    assert prose_text(traj) == "ok "

@@ -1,5 +1,8 @@
 """RL math for tool-integrated reasoning: advantages, returns, policy losses, length shaping.
 
+Advantage estimators and policy losses are registries (`register_advantage`,
+`register_policy_loss`): the config names one, and `docs/extending.md` shows how to add one.
+
 Pure functions over `[B]` / `[B, T]` tensors with an explicit loss mask (1 = model-sampled
 token; 0 = prompt, tool output, padding). Tool tokens never count: not in a return's discount
 steps, not in a loss denominator, not in a length penalty.
@@ -18,11 +21,14 @@ from tirl.algos.advantages import (
 from tirl.algos.losses import (
     AGG_MODES,
     KL_ESTIMATORS,
+    POLICY_LOSSES,
     agg_loss,
     entropy_bonus,
     entropy_from_logits,
+    get_policy_loss,
     kl_penalty,
     ppo_clip_loss,
+    register_policy_loss,
 )
 from tirl.algos.overlong import model_token_counts, overlong_penalty
 from tirl.algos.returns import (
@@ -36,12 +42,14 @@ __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AGG_MODES",
     "KL_ESTIMATORS",
+    "POLICY_LOSSES",
     "agg_loss",
     "broadcast_to_tokens",
     "discounted_returns",
     "entropy_bonus",
     "entropy_from_logits",
     "get_advantage_estimator",
+    "get_policy_loss",
     "group_mean_baseline",
     "grpo",
     "kl_penalty",
@@ -52,6 +60,7 @@ __all__ = [
     "overlong_penalty",
     "ppo_clip_loss",
     "register_advantage",
+    "register_policy_loss",
     "rloo",
     "token_advantages",
 ]

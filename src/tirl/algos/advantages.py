@@ -4,10 +4,12 @@ Inputs are `rewards: Tensor[B]` (one outcome reward per sequence), `group_ids: T
 (sequences sampled for the same prompt share an id) and `mask: Tensor[B, T]` (1 = token the
 model sampled, 0 = prompt, tool output or padding). The one entry point is
 
-    token_advantages(name, rewards, group_ids, mask, *, gamma=1.0, kl=None, kl_coef=0.0)
+    token_advantages(name, rewards, group_ids, mask, *, gamma=1.0, kl=None, kl_coef=0.0, **params)
 
 which returns `[B, T]` advantages, exactly 0 at masked positions. Estimators are registered by
-name (`@register_advantage("rloo")`), so the trainer picks one from a config string:
+name (`@register_advantage("rloo")`), so the trainer picks one from a config string
+(`rl.advantage`); `params` are an estimator's own keyword hyper-parameters
+(`rl.advantage_params`), passed through unchanged:
 
 | name                   | advantage                                                   |
 |------------------------|-------------------------------------------------------------|
@@ -38,6 +40,9 @@ from tirl.algos.returns import discounted_returns, masked_whiten, outcome_token_
 AdvantageFn = Callable[..., Tensor]
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+
+# The arguments every estimator receives from `token_advantages`; any other keyword is a parameter.
+ADVANTAGE_ARGS = ("rewards", "group_ids", "mask", "gamma", "kl", "kl_coef")
 
 
 def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
@@ -259,6 +264,7 @@ def token_advantages(
     gamma: float = 1.0,
     kl: Tensor | None = None,
     kl_coef: float = 0.0,
+    **params: object,
 ) -> Tensor:
     """Per-token advantages `[B, T]` from the estimator registered as `name`.
 
@@ -271,6 +277,7 @@ def token_advantages(
         gamma: discount per MODEL token (REINFORCE++ only; tool tokens are not steps).
         kl: `[B, T]` per-token KL estimate for KL-shaped rewards (REINFORCE++ only).
         kl_coef: weight of `kl` in the reward; 0 disables it.
+        params: the estimator's own keyword parameters (none for the built-in ones).
 
     Returns:
         `[B, T]` in the dtype of `rewards` (the default float dtype for integer rewards);
@@ -286,7 +293,7 @@ def token_advantages(
         raise ValueError(f"kl has shape {tuple(kl.shape)}, expected {tuple(mask.shape)}")
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1]; got {gamma}")
-    adv = fn(rewards, group_ids, mask, gamma=gamma, kl=kl, kl_coef=kl_coef)  # [B, T]
+    adv = fn(rewards, group_ids, mask, gamma=gamma, kl=kl, kl_coef=kl_coef, **params)  # [B, T]
     m = mask.bool()
     return torch.where(m, adv, torch.zeros((), dtype=adv.dtype, device=adv.device)).to(
         rewards.dtype

@@ -7,6 +7,16 @@ arithmetic, because `0 * nan` is nan and a multiplied-out position would still p
 backward pass (DESIGN.md invariant 2). Every token count (the token-mean denominator) counts
 mask-1 tokens only.
 
+Policy losses are registered by name (`@register_policy_loss("ppo_clip")`), as verl's
+`register_policy_loss` does, so the trainer picks one from `rl.policy_loss`. A policy loss is
+called as
+
+    loss_fn(logprobs, old_logprobs, advantages, mask, agg=..., norm_len=..., **params)
+
+with `[B, T]` tensors and returns `(loss, metrics)`; `params` are its own keyword
+hyper-parameters (`rl.clip_low`, `rl.clip_high`, `rl.clip_ratio_c` for the losses that take
+parameters of those names, plus `rl.policy_loss_params`).
+
 Formulas follow verl `trainer/ppo/core_algos.py` (see research/rl-frameworks.md section 12).
 Not covered here: decoupled (AReaL), GSPO/CISPO/DPPO-style objectives, value losses, the
 straight-through `k3+` KL gradient.
@@ -27,6 +37,36 @@ _LOG_RATIO_CLAMP = 20.0
 # k3 values are clamped to this range, as verl's low_var_kl does, so one outlier token cannot
 # dominate the KL loss.
 _K3_CLAMP = 10.0
+
+
+# (logprobs, old_logprobs, advantages, mask [B, T], *, agg, norm_len, **params) -> (loss, metrics)
+PolicyLossFn = Callable[..., tuple[Tensor, dict[str, float]]]
+
+POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+
+# The arguments every policy loss receives from the trainer; any other keyword is a parameter.
+POLICY_LOSS_ARGS = ("logprobs", "old_logprobs", "advantages", "mask", "agg", "norm_len")
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator: register a policy loss under `name` (see the module doc for its call)."""
+
+    def deco(fn: PolicyLossFn) -> PolicyLossFn:
+        if name in POLICY_LOSSES:
+            raise ValueError(f"policy loss {name!r} is already registered")
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return deco
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """Look up a policy loss by name; raise ValueError listing the valid names."""
+    try:
+        return POLICY_LOSSES[name]
+    except KeyError:
+        valid = ", ".join(sorted(POLICY_LOSSES))
+        raise ValueError(f"unknown policy loss {name!r}; valid: {valid}") from None
 
 
 def _check_bt(name: str, x: Tensor, like: Tensor) -> None:
@@ -84,6 +124,7 @@ def _masked_mean_value(x: Tensor, m: Tensor) -> float:
     return float((_masked(x, m).sum() / m.sum().clamp(min=1)).item())
 
 
+@register_policy_loss("ppo_clip")
 def ppo_clip_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,

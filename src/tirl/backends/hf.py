@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -43,7 +42,10 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
-StopFn = Callable[[list[int]], bool]
+from tirl.backends.engine import GenOutput, StopFn
+
+__all__ = ["GenOutput", "HFEngine", "StopFn"]  # GenOutput, StopFn: tirl.backends.engine
+
 LayerKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [L, H, D]
 
 
@@ -84,13 +86,6 @@ class _GrowingCache(DynamicCache):
 
 
 @dataclass
-class GenOutput:
-    ids: list[int]
-    logprobs: list[float]
-    finish_reason: str  # "stop" (eos), "boundary" (stop fn), "length"
-
-
-@dataclass
 class _Request:
     key: object
     feed: list[int]
@@ -105,6 +100,8 @@ class _Request:
 
 class HFEngine:
     """A continuous-batching sampler over one in-process model."""
+
+    receives_weights = True  # it samples with the trainer's model (or a copy it overwrites)
 
     def __init__(
         self,

@@ -1,5 +1,5 @@
-"""The generation interface of `HFEngine`, served by an OpenAI-compatible completions server
-(vLLM, SGLang, or `tirl serve`).
+"""The engine interface (`tirl.backends.engine`), served by an OpenAI-compatible completions
+server (vLLM, SGLang, or `tirl serve`).
 
 Token ids in, token ids out: the engine keeps each sequence's ids and sends them as the prompt
 (`prompt` as a list of ints), asking for the generated ids back (`return_token_ids`, as vLLM
@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from tirl.backends.hf import GenOutput, StopFn
+from tirl.backends.engine import GenOutput, StopFn
 from tirl.backends.server_stops import generate_with_server_stops
 from tirl.httpauth import bearer, client_key
 
@@ -36,6 +36,10 @@ FENCE = "```"
 
 
 class OpenAIEngine:
+    """The engine interface (`tirl.backends.engine.Engine`) over a completions server."""
+
+    receives_weights = False  # the server holds its own weights; tirl cannot push new ones
+
     def __init__(
         self,
         base_url: str,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from tirl.backends.hf import GenOutput, StopFn
+from tirl.backends.engine import GenOutput, StopFn
 
 # (ids, logprobs, finish_reason, stop_reason) of one completion request
 Completion = tuple[list[int], list[float], str | None, object]

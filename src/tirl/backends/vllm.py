@@ -1,4 +1,4 @@
-"""The generation interface of `HFEngine`, served by vLLM in this process (optional extra).
+"""The engine interface (`tirl.backends.engine`), served by vLLM in this process (optional extra).
 
     pip install 'tirl[vllm]'
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from tirl.backends.hf import GenOutput, StopFn
+from tirl.backends.engine import GenOutput, StopFn
 from tirl.backends.server_stops import generate_with_server_stops
 
 INSTALL_HINT = "VLLMEngine needs vLLM: pip install 'tirl[vllm]' (and a GPU vLLM supports)"
@@ -81,6 +81,7 @@ class VLLMEngine:
     """
 
     _request_ids = itertools.count()
+    receives_weights = False  # tirl implements no weight transfer into vLLM (verl does)
 
     def __init__(self, model: str, *, seed: int | None = None, **engine_kwargs: Any) -> None:
         vllm, async_llm = _import_vllm()

@@ -96,12 +96,3 @@ class ArithmeticEnv:
             yield self.item(split, index)
             index += 1
 
-
-def verify(task: ArithmeticItem, predicted: str | None) -> bool:
-    """True iff the predicted answer is the gold integer (formatting such as 1,234 accepted)."""
-    from tirl.rewards.answer import normalize_integer_answer
-
-    if predicted is None:
-        return False
-    value = normalize_integer_answer(predicted)
-    return value is not None and value == int(task.answer)

@@ -1,12 +1,19 @@
 """Outcome rewards: map "was the final answer correct" (and, for shaping, the trajectory's tool
 statistics) to a scalar.
 
-Every reward is a `Reward`: called as `reward(correct, stats)` with `stats` from
-`tirl.rewards.toolstats.tool_stats`, and declaring its `range` so downstream code
-(normalization, plots, dynamic sampling's "all correct / all wrong" test) need not hard-code it.
+Every reward is a `Reward`: called as `reward(correct, stats, task_reward=...)` with `stats`
+from `tirl.rewards.toolstats.tool_stats` and `task_reward` the task scorer's own reward in
+[0, 1] (`tirl.tasks.Score.reward`, when the caller has one). It declares its `range` so
+downstream code (normalization, plots, dynamic sampling's "all correct / all wrong" test) need
+not hard-code it.
+Rewards are registered by name (`@register_reward("binary")` on a class whose constructor
+takes the reward's parameters), so the trainer builds one from `rl.reward` and its
+parameters (`rl.reward_params`; for `composite`, `rl.composite_alpha/beta/max`).
 
 - `binary`: CIR §3.1, +1 if correct else −1.
 - `zero_one`: 1 if correct else 0 (most math-RL setups).
+- `task`: the task scorer's reward in [0, 1] (partial credit where the task gives it, e.g.
+  RACES's SEQUENTIAL and PARALLEL operators); 1 / 0 by correctness when there is none.
 - `composite`: AgentMath's R_total = R_acc + 1[R_acc = 1] · R_tool with
   R_tool = min(R_max, α + β · N_code) (papers/002, "复合奖励"), where R_acc ∈ {0, 1} is the
   equivalence verdict and N_code the number of executed code blocks. The bonus applies only to a
@@ -17,6 +24,7 @@ Every reward is a `Reward`: called as `reward(correct, stats)` with `stats` from
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,29 +32,78 @@ from typing import Any, Protocol
 class Reward(Protocol):
     range: tuple[float, float]
 
-    def __call__(self, correct: bool, stats: dict[str, Any] | None = None) -> float: ...
+    def __call__(
+        self,
+        correct: bool,
+        stats: dict[str, Any] | None = None,
+        task_reward: float | None = None,
+    ) -> float: ...
 
 
+REWARDS: dict[str, type] = {}  # name -> the reward's class; its constructor takes the parameters
+
+
+def register_reward(name: str) -> Callable[[type], type]:
+    """Class decorator: register a reward class under `name`."""
+
+    def add(cls: type) -> type:
+        if name in REWARDS:
+            raise ValueError(f"reward {name!r} is already registered")
+        REWARDS[name] = cls
+        return cls
+
+    return add
+
+
+@register_reward("binary")
 @dataclass(frozen=True)
 class BinaryReward:
     """+1.0 if correct, else −1.0 (CIR §3.1)."""
 
     range: tuple[float, float] = (-1.0, 1.0)
 
-    def __call__(self, correct: bool, stats: dict[str, Any] | None = None) -> float:
+    def __call__(
+        self,
+        correct: bool,
+        stats: dict[str, Any] | None = None,
+        task_reward: float | None = None,
+    ) -> float:
         return self.range[1] if correct else self.range[0]
 
 
+@register_reward("zero_one")
 @dataclass(frozen=True)
 class ZeroOneReward:
     """1.0 if correct, else 0.0."""
 
     range: tuple[float, float] = (0.0, 1.0)
 
-    def __call__(self, correct: bool, stats: dict[str, Any] | None = None) -> float:
+    def __call__(
+        self,
+        correct: bool,
+        stats: dict[str, Any] | None = None,
+        task_reward: float | None = None,
+    ) -> float:
         return self.range[1] if correct else self.range[0]
 
 
+@register_reward("task")
+@dataclass(frozen=True)
+class TaskReward:
+    """The task scorer's own reward in [0, 1]; without one, 1.0 if correct, else 0.0."""
+
+    range: tuple[float, float] = (0.0, 1.0)
+
+    def __call__(
+        self,
+        correct: bool,
+        stats: dict[str, Any] | None = None,
+        task_reward: float | None = None,
+    ) -> float:
+        return float(correct) if task_reward is None else float(task_reward)
+
+
+@register_reward("composite")
 @dataclass(frozen=True)
 class CompositeReward:
     """R_total = R_acc + 1[R_acc = 1] · min(R_max, α + β · N_code) (AgentMath).
@@ -69,18 +126,16 @@ class CompositeReward:
         low_correct = 1.0 + min(self.alpha, self.r_max)
         return min(0.0, low_correct), 1.0 + self.r_max
 
-    def __call__(self, correct: bool, stats: dict[str, Any] | None = None) -> float:
+    def __call__(
+        self,
+        correct: bool,
+        stats: dict[str, Any] | None = None,
+        task_reward: float | None = None,
+    ) -> float:
         if not correct:
             return 0.0
         n_code = (stats or {}).get("num_calls", 0)
         return 1.0 + min(self.r_max, self.alpha + self.beta * n_code)
-
-
-REWARDS: dict[str, type] = {
-    "binary": BinaryReward,
-    "zero_one": ZeroOneReward,
-    "composite": CompositeReward,
-}
 
 
 def make_reward(name: str, **params: float) -> Reward:

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from tirl.backends.hf import GenOutput, StopFn
+from tirl.backends.engine import GenOutput, StopFn
 
 
 class NoReplicaError(RuntimeError):
@@ -87,6 +87,11 @@ class Router:
         self._evictions = 0
 
     # ------------------------------------------------------------------ engine interface
+    @property
+    def receives_weights(self) -> bool:
+        """True iff every replica does (replicas behind HTTP never do)."""
+        return all(getattr(r, "receives_weights", False) for r in self.replicas)
+
     async def generate(
         self,
         key: object,

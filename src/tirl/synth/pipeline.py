@@ -27,59 +27,14 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from tirl.config import ConfigError, dump_yaml
-from tirl.files import JsonlAppender, lock_folder, read_jsonl, repair_jsonl, replacing
+from tirl.files import lock_folder, repair_jsonl, replacing
 from tirl.synth.config import STAGE_NAMES, SynthConfig
 from tirl.synth.formats import sft_record
 from tirl.synth.records import Item, Rejected, read_records
+from tirl.synth.stagelog import StageLog, stage_path
 from tirl.synth.stages import STAGES, Context, Outcome, keep, reject
 
 StageFn = Callable[[Item, Context], Awaitable[Outcome]]
-
-
-class StageLog:
-    """The append-only outcome file of one stage (a line that does not parse, torn by a crash,
-    is skipped: its item is redone)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.rows: dict[str, dict] = {}
-        for row in read_jsonl(path):
-            if "id" in row:
-                self.rows.setdefault(row["id"], row)  # first wins: a line is never counted twice
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = JsonlAppender(path, dumps=lambda r: json.dumps(r, ensure_ascii=False))
-
-    def __contains__(self, item_id: str) -> bool:
-        return item_id in self.rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def append(self, item_id: str, outcome: Outcome) -> None:
-        row = {
-            "id": item_id,
-            "kept": outcome.item is not None,
-            "reason": outcome.reason,
-            "notes": outcome.notes,
-            "item": outcome.item.to_dict() if outcome.item is not None else None,
-        }
-        self._file.append(row)  # before it counts as done: a full disk raises, nothing is kept
-        self.rows[item_id] = row
-
-    def close(self) -> None:
-        self._file.close()
-
-    def kept(self, order: dict[str, int]) -> list[Item]:
-        """Kept items, in input order (not completion order): reruns give the same files."""
-        rows = [r for r in self.rows.values() if r["kept"]]
-        rows.sort(key=lambda r: order.get(r["id"], len(order)))
-        return [Item.from_dict(r["item"]) for r in rows]
-
-
-def stage_path(out: Path, i: int, name: str) -> Path:
-    """Numbered by the stage's place in the full chain, so turning a stage off between runs
-    never makes another stage read the wrong file."""
-    return out / "stages" / f"{i:02d}_{name}.jsonl"
 
 
 async def run_stage(
@@ -117,8 +72,8 @@ def _read_stage(input_path: str, cfg: SynthConfig, log: StageLog) -> dict[str, i
 
 
 def contamination_index(cfg: SynthConfig):
-    from tirl.eval.benchmarks import load_benchmark
-    from tirl.synth.filters import ContaminationIndex
+    from tirl.tasks.benchmark_files import load_benchmark
+    from tirl.tasks.contamination import ContaminationIndex
 
     problems = []
     for name in cfg.decontam.benchmarks:

@@ -18,11 +18,10 @@ from pathlib import Path
 import yaml
 
 from tirl.synth.config import STAGE_NAMES
+from tirl.synth.stagelog import StageLog
 
 
 def stage_stats(out: Path) -> list[dict]:
-    from tirl.synth.pipeline import StageLog
-
     stats = []
     for path in sorted((out / "stages").glob("*.jsonl")):
         rows = StageLog(path).rows.values()

@@ -9,6 +9,10 @@ ranks the count is the global one, and the loss is multiplied by the world size 
 averages gradients over ranks.
 
 A tool token has loss mask 0: it is in no count and changes no loss (DESIGN.md invariant 2).
+
+The advantage estimator and the policy loss are the ones the config names (`rl.advantage`,
+`rl.policy_loss`), looked up in the registries of `tirl.algos` and called with their
+hyper-parameters from the config (`RLConfig.advantage_kwargs`, `policy_loss_kwargs`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tirl.algos.losses import agg_loss, kl_penalty, ppo_clip_loss
+from tirl.algos.advantages import token_advantages
+from tirl.algos.losses import agg_loss, get_policy_loss, kl_penalty
 from tirl.train.batch import TokenBatch, token_logprobs
 from tirl.train.config import RLConfig
 
@@ -57,6 +62,16 @@ def shard_micro_batches(rows: torch.Tensor, size: int, shard: Shard) -> list[tor
     return list(torch.tensor_split(shard.rows(rows), count))
 
 
+def batch_advantages(
+    cfg: RLConfig, rewards: torch.Tensor, group_ids: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Per-token advantages `[B, T]` of a scored batch from the configured estimator:
+    `rewards [B]`, `group_ids [B]` (same id = same prompt), `mask [B, T]` (the loss mask)."""
+    return token_advantages(
+        cfg.advantage, rewards, group_ids, mask, gamma=cfg.gamma, **cfg.advantage_kwargs()
+    )
+
+
 @torch.no_grad()
 def batch_logprobs(model: torch.nn.Module, batch: TokenBatch, micro: int) -> torch.Tensor:
     """[B, T-1] log-probabilities of every target token, in micro-batches of `micro` rows."""
@@ -84,11 +99,14 @@ def minibatch_loss_backward(
 ) -> dict[str, float]:
     """Backward of the minibatch `rows`' loss (this shard's part of it); returns its metrics.
 
-    The minibatch loss is PPO-clip over model tokens, minus `entropy_coef` x entropy, plus
+    The minibatch loss is the configured policy loss (`rl.policy_loss`, PPO-clip by default)
+    over model tokens, minus `entropy_coef` x entropy, plus
     `kl_coef` x KL to the reference: each aggregated with `cfg.loss_agg` over the whole
     minibatch, whichever micro-batch or rank a token is in. `norm_len` is the constant
     divisor of "seq-mean-token-sum-norm" (Dr.GRPO): the model-token limit.
     """
+    policy_loss = get_policy_loss(cfg.policy_loss)
+    loss_params = cfg.policy_loss_kwargs()
     total = agg_count(batch.loss_mask[rows], cfg.loss_agg)
     device = batch.input_ids.device
     sums: dict[str, float] = {}
@@ -99,16 +117,14 @@ def minibatch_loss_backward(
         mb = batch.select(micro)
         with _autocast(cfg, device):
             logprobs, entropy = token_logprobs(model, mb, with_entropy=True)
-        loss, metrics = ppo_clip_loss(
+        loss, metrics = policy_loss(
             logprobs.float(),
             old_logprobs[micro],
             token_adv[micro],
             mb.loss_mask,
-            clip_low=cfg.clip_low,
-            clip_high=cfg.clip_high,
-            clip_ratio_c=cfg.clip_ratio_c,
             agg=cfg.loss_agg,
             norm_len=norm_len,
+            **loss_params,
         )
         entropy_term = agg_loss(entropy.float(), mb.loss_mask, cfg.loss_agg, norm_len=norm_len)
         if cfg.entropy_coef > 0:

@@ -1,0 +1,86 @@
+"""The written interface of a generation backend: what `tirl.rollout` asks of an engine.
+
+Every engine (`HFEngine` in process, `OpenAIEngine` over HTTP to vLLM / SGLang / `tirl serve`,
+`VLLMEngine` in process, and `tirl.rollout.router.Router` over several of them) continues
+token sequences by key:
+
+    out = await engine.generate(key, feed_ids, max_new_tokens=n, temperature=t, stop=fn, seed=s)
+
+`feed_ids` are the tokens to append before sampling (the prompt on the first call, then the
+interpreter's output); the engine keeps the rest of the sequence, so a trajectory that pauses
+while its code runs resumes where it stopped. Sampling ends at end-of-sequence ("stop"), after
+`max_new_tokens` or at the context's end ("length"), or when `stop(new_ids)` is true
+("boundary": a code block closed). `release(key)` forgets the sequence. Token ids in, token ids
+out: `GenOutput.ids` are exactly the sampled ids (DESIGN.md invariant 1).
+
+`receives_weights` says whether the trainer can put new policy weights into the engine: true
+for `HFEngine` (it samples with the live torch model, or a copy the trainer overwrites), false
+for servers reached over HTTP and for `VLLMEngine` (tirl implements no weight transfer into
+vLLM; at scale, verl owns weight sync). RL on an engine that does not receive weights samples
+from a stale policy.
+
+Closing differs by engine, so it is not part of the protocol: in-process engines have a
+synchronous `close()`, HTTP clients an `async aclose()`; `close_engine` calls whichever exists.
+
+This module imports neither torch nor an HTTP library, so a rollout over servers does not
+pull torch in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+# A boundary test over the ids sampled so far in this call (e.g. CIR's exact match on the
+# closing fence). A server cannot run it, so it may carry `server_stop`: the stop strings a
+# server is asked to stop at before the function is consulted (`tirl.backends.server_stops`).
+StopFn = Callable[[list[int]], bool]
+
+
+@dataclass
+class GenOutput:
+    """What one `generate` call sampled: the ids, their log-probabilities under the unscaled
+    policy (0.0 where a server gives none), and why it ended: "stop" (end-of-sequence),
+    "boundary" (the stop function said so) or "length"."""
+
+    ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A generation backend: continue sequences by key, forget them on release."""
+
+    receives_weights: bool
+
+    async def generate(
+        self,
+        key: object,
+        feed_ids: list[int],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        stop: StopFn | None = None,
+        seed: int | None = None,
+    ) -> GenOutput:
+        """Feed `feed_ids` to sequence `key` and sample at most `max_new_tokens`. With `seed`,
+        the call samples from its own random stream (the same draws whichever other requests
+        share its batch)."""
+        ...
+
+    def release(self, key: object) -> None:
+        """Forget sequence `key` (its cache, its ids). Unknown keys are ignored."""
+        ...
+
+
+async def close_engine(engine: object) -> None:
+    """Close `engine` the way it closes: `await aclose()` if it has one, else `close()`."""
+    aclose = getattr(engine, "aclose", None)
+    if aclose is not None:
+        await aclose()
+        return
+    close = getattr(engine, "close", None)
+    if close is not None:
+        close()

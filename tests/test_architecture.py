@@ -1,0 +1,307 @@
+"""The import direction of DESIGN.md, checked on the source: every `import` in src/tirl (at any
+level, inside functions too) goes down the layer table, never sideways between the pipelines
+(`train`, `eval`, `synth`), never up, and never into `tirl.cli`. Module-level imports form no
+cycle between modules, and imports of any level form no cycle between packages.
+
+The check reads the files with `ast`; nothing is imported, so a violation is reported even in a
+module that cannot be imported on this machine, as `file:line: a -> b (not allowed: ...)`.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = SRC / "tirl"
+
+# Imports that break the table today and are being removed in issue 15; this set must end
+# empty. Each entry is (importing module, imported package): a new violation, even from the
+# same module to another package, fails the test.
+KNOWN_VIOLATIONS: set[tuple[str, str]] = set()
+
+# The bottom layer: helpers any package may import.
+BASE = {"tirl", "tirl.config", "tirl.files", "tirl.cliargs", "tirl.httpauth", "tirl.models"}
+# Modules that count as the command line (nothing may import them).
+CLI_MODULES = {"tirl.cli"}
+
+BELOW_PIPELINES = {
+    "sandbox",
+    "protocol",
+    "algos",
+    "envs",
+    "backends",
+    "rollout",
+    "rewards",
+    "tasks",
+}
+PACKAGES = BELOW_PIPELINES | {"train", "eval", "synth", "integrations", "cli"}
+
+# package -> the other packages it may import (DESIGN.md, "Import direction").
+ALLOWED: dict[str, set[str]] = {
+    "sandbox": {"protocol"},
+    "protocol": set(),
+    "algos": {"protocol"},
+    "envs": {"protocol"},
+    "backends": {"protocol"},
+    "rollout": {"backends", "protocol", "sandbox"},
+    "rewards": {"protocol", "envs"},
+    # tasks -> sandbox: demonstrations run their code and show its output through the one
+    # formatter (DESIGN invariant 4); sandbox imports nothing above it, so no cycle.
+    "tasks": {"envs", "rewards", "protocol", "sandbox"},
+    "train": set(BELOW_PIPELINES),
+    "eval": set(BELOW_PIPELINES),
+    "synth": set(BELOW_PIPELINES),
+    "integrations": PACKAGES - {"cli", "integrations"},
+    "cli": PACKAGES - {"cli"},
+}
+NEVER_IMPORTED = {"cli", "integrations"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_of(module: str) -> str:
+    """The layer a module belongs to: one of PACKAGES, or "base"."""
+    if module in CLI_MODULES or module.startswith(tuple(m + "." for m in CLI_MODULES)):
+        return "cli"
+    top = ".".join(module.split(".")[:2])
+    if module in BASE or top in BASE:
+        return "base"
+    name = module.split(".")[1]
+    if name not in PACKAGES:
+        raise AssertionError(f"{module}: not in any package of the layer table; add it there")
+    return name
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # the importing module
+    target: str  # the module imported (a submodule when `from pkg import submodule`)
+    line: int
+    top_level: bool  # runs when the module is imported (not in a function or TYPE_CHECKING)
+
+    def where(self) -> str:
+        return f"{MODULES[self.source].relative_to(SRC.parent)}:{self.line}"
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _resolve(source: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = source if MODULES[source].name == "__init__.py" else source.rpartition(".")[0]
+    base = package.split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports_of(source: str, text: str | None = None) -> list[Import]:
+    """Every import of a tirl module in module `source` (its file, or `text`), with whether it
+    runs at import time."""
+    tree = ast.parse(MODULES[source].read_text(encoding="utf-8") if text is None else text)
+    found: list[Import] = []
+
+    def visit(node: ast.AST, top: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            child_top = top
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                child_top = False
+            elif isinstance(child, ast.If) and _is_type_checking(child):
+                child_top = False
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    found.append(Import(source, alias.name, child.lineno, top))
+            elif isinstance(child, ast.ImportFrom):
+                module = _resolve(source, child)
+                for alias in child.names:
+                    sub = f"{module}.{alias.name}"
+                    target = sub if sub in MODULES else module
+                    found.append(Import(source, target, child.lineno, top))
+            visit(child, child_top)
+
+    visit(tree, True)
+    return [i for i in found if i.target == "tirl" or i.target.startswith("tirl.")]
+
+
+ALL_IMPORTS = [imp for source in MODULES for imp in imports_of(source)]
+
+
+def _why(source_pkg: str, target_pkg: str) -> str:
+    if target_pkg in NEVER_IMPORTED:
+        return f"nothing imports {target_pkg}"
+    allowed = sorted(ALLOWED[source_pkg])
+    return f"{source_pkg} may import only base and {', '.join(allowed) or 'nothing else'}"
+
+
+def direction_violations() -> tuple[list[str], set[tuple[str, str]]]:
+    """(messages of new violations, the known violations actually seen)."""
+    messages, seen_known = [], set()
+    for imp in ALL_IMPORTS:
+        a, b = package_of(imp.source), package_of(imp.target)
+        if b == "base" or a == b or b in ALLOWED.get(a, set()) and b not in NEVER_IMPORTED:
+            continue
+        if (imp.source, b) in KNOWN_VIOLATIONS:
+            seen_known.add((imp.source, b))
+            continue
+        message = f"{imp.where()}: {imp.source} -> {imp.target} (not allowed: {_why(a, b)})"
+        if message not in messages:  # `from x import a, b` is one import
+            messages.append(message)
+    return messages, seen_known
+
+
+def test_every_module_is_in_a_layer():
+    assert len(MODULES) > 50  # the walk found the package
+    for module in MODULES:
+        package_of(module)  # raises for a module outside the table
+
+
+def test_imports_follow_the_layer_table():
+    messages, _ = direction_violations()
+    assert not messages, "imports against DESIGN.md's direction table:\n" + "\n".join(messages)
+
+
+def test_known_violations_are_still_there():
+    """A violation removed from the code must be removed from KNOWN_VIOLATIONS too, so the set
+    shrinks to empty instead of hiding a later regression."""
+    _, seen = direction_violations()
+    assert KNOWN_VIOLATIONS - seen == set(), "fixed; delete from KNOWN_VIOLATIONS"
+
+
+def test_nothing_imports_the_command_line():
+    bad = [
+        f"{imp.where()}: {imp.source} -> {imp.target} (not allowed: nothing imports tirl.cli)"
+        for imp in ALL_IMPORTS
+        if package_of(imp.target) == "cli"
+        and package_of(imp.source) != "cli"
+        and (imp.source, "cli") not in KNOWN_VIOLATIONS
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return components
+
+
+def _cycle_report(graph: dict[str, set[str]], edges: dict[tuple[str, str], list[str]]) -> str:
+    lines = []
+    for component in _cycles(graph):
+        members = set(component)
+        lines.append("cycle among " + ", ".join(component) + ":")
+        for (a, b), places in sorted(edges.items()):
+            if a in members and b in members:
+                lines += [f"  {place}: {a} -> {b}" for place in places]
+    return "\n".join(lines)
+
+
+def test_no_import_cycle_between_modules_at_import_time():
+    graph: dict[str, set[str]] = {}
+    edges: dict[tuple[str, str], list[str]] = {}
+    for imp in ALL_IMPORTS:
+        if imp.top_level and imp.target != imp.source and imp.target in MODULES:
+            graph.setdefault(imp.source, set()).add(imp.target)
+            edges.setdefault((imp.source, imp.target), []).append(imp.where())
+    report = _cycle_report(graph, edges)
+    assert not report, report
+
+
+def test_no_import_cycle_between_packages():
+    graph: dict[str, set[str]] = {}
+    edges: dict[tuple[str, str], list[str]] = {}
+    for imp in ALL_IMPORTS:
+        a, b = package_of(imp.source), package_of(imp.target)
+        if a == b or "base" in (a, b) or (imp.source, b) in KNOWN_VIOLATIONS:
+            continue
+        graph.setdefault(a, set()).add(b)
+        edges.setdefault((a, b), []).append(f"{imp.where()} ({imp.source} -> {imp.target})")
+    report = _cycle_report(graph, edges)
+    assert not report, report
+
+
+def test_the_checker_sees_imports_inside_functions_and_relative_ones():
+    """The walk is what every other test here rests on: a lazy import in a function body and a
+    relative import must both be found, and a TYPE_CHECKING import must not count as run."""
+    text = (
+        "from typing import TYPE_CHECKING\n"
+        "import tirl.config\n"
+        "from . import stages\n"
+        "from ..eval import metrics\n"
+        "if TYPE_CHECKING:\n    from tirl.train.config import RLConfig\n"
+        "def f():\n    from tirl.cli import main\n"
+        "try:\n    import tirl.rollout.router as r\nexcept ImportError:\n    pass\n"
+    )
+    found = [(i.target, i.line, i.top_level) for i in imports_of("tirl.synth.pipeline", text)]
+    assert found == [
+        ("tirl.config", 2, True),
+        ("tirl.synth.stages", 3, True),
+        ("tirl.eval.metrics", 4, True),
+        ("tirl.train.config", 6, False),
+        ("tirl.cli", 8, False),
+        ("tirl.rollout.router", 10, True),
+    ]
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_http_clients_of_a_generation_server_do_not_import_torch():
+    """The engine interface lives in `tirl.backends.engine`, so a rollout over vLLM / SGLang
+    servers (the OpenAI client behind the router) runs on a machine without torch."""
+    code = (
+        "import sys\nimport tirl.backends.engine, tirl.backends.openai, tirl.rollout.router\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    assert done.returncode == 0, done.stderr
