@@ -16,6 +16,7 @@ from tirl.models.tiny import TinyModelSpec, build_model, save_policy, train_toke
 from tirl.protocol.fences import render_code, render_tool_output
 from tirl.protocol.segments import SegmentKind
 from tirl.synth.arithmetic import demonstration_texts, text_only_texts, to_trajectory
+from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.config import SFTConfig
 from tirl.train.sft import train_sft
 
@@ -26,6 +27,12 @@ hf_logging.set_verbosity_error()
 @pytest.fixture(scope="session")
 def env() -> ArithmeticEnv:
     return ArithmeticEnv()
+
+
+@pytest.fixture(scope="session")
+def arithmetic() -> ArithmeticSource:
+    """The arithmetic task source over the same items as `env` (its `tirl.tasks.Task`s)."""
+    return ArithmeticSource()
 
 
 @pytest.fixture(scope="session")

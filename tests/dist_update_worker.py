@@ -22,9 +22,12 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from tirl.protocol.segments import Trajectory
+from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.config import RLConfig
 from tirl.train.distributed import DistContext, init_from_env, shard_model
 from tirl.train.rl import RLTrainer
+
+ARITHMETIC = ArithmeticSource()  # the arithmetic items as tirl.tasks.Task
 
 
 def small_model(vocab_size: int = 64) -> Qwen2ForCausalLM:
@@ -89,7 +92,7 @@ def rl(ctx: DistContext | None) -> tuple[dict, list[dict]]:
             trainer = RLTrainer(
                 model,
                 Rollout(engine, tokenizer, sandbox),
-                lambda i: env.item("train", i),
+                lambda i: ARITHMETIC.item("train", i),
                 cfg,
                 pad_id=tokenizer.pad_token_id,
                 use_tools=True,

@@ -20,7 +20,7 @@ TINY = [
     "rl.prompts_per_step=2",
     "rl.group_size=2",
     "rl.max_model_tokens=16",
-    "task.test_items=4",
+    "data.eval=[{name: heldout, items: 4}]",
     "eval.max_model_tokens=16",
     "eval.samples_per_item=0",
     "model.tokenizer_corpus_items=100",
@@ -43,7 +43,7 @@ def test_ablate_runs_each_variant_from_the_same_sft_model_and_compares_them(tmp_
     for per_seed in results:
         # one SFT model per boundary mode: the stop-token variant has its own
         assert set(per_seed) == {"sft", "sft-stop_token", *PRESETS["cir"], "lr-up"}
-        assert all("eval/accuracy" in per_seed[name]["rl"] for name in PRESETS["cir"])
+        assert all("eval/accuracy" in per_seed[name]["rl"]["heldout"] for name in PRESETS["cir"])
     # Every variant starts RL from the seed's SFT model, and trajectories are seeded by task
     # and sample: variants whose switches only act on the update sample the same first batch.
     records = [json.loads(line) for line in (out / "seed0" / "metrics.jsonl").open()]
@@ -75,6 +75,14 @@ def test_bad_ablation_requests_fail_with_one_line(tmp_path, argv, words):
     assert "Traceback" not in proc.stderr
     for word in words:
         assert word in proc.stderr
+
+
+def test_the_cir_preset_trains_reinforce_pp_with_the_plus_minus_one_reward():
+    """CIR (§3.1) trains REINFORCE++ with a binary +1 / -1 reward: every variant of the preset
+    keeps both, and removes one strategy at most."""
+    for name, overrides in PRESETS["cir"].items():
+        assert {"rl.advantage=reinforce++", "rl.reward=binary"} <= set(overrides), name
+        assert len(overrides) <= 3, name
 
 
 def test_parse_variants_adds_command_line_variants_after_the_preset():

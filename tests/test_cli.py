@@ -25,7 +25,8 @@ def test_a_config_typo_is_reported_with_the_key_and_no_traceback():
     "override, words",
     [
         ("rl.clip_low=1.5", ["rl.clip_low", "1.5"]),
-        ("task.kinds=[prod]", ["task.kinds", "prod"]),
+        ("data.train=[{source: arithmetic, kinds: [prod]}]", ["data.train[0].kinds", "prod"]),
+        ("data.train[0].digits=12", ["data.train[0].digits", "12"]),
         ("rl.budget_schedule=[[0.5,2]]", ["budget_schedule", "0"]),
         ("rl.group_size=1", ["group_size", "1"]),
         ("model.hidden_size=130", ["hidden_size", "heads"]),
@@ -62,7 +63,7 @@ def test_quickstart_runs_end_to_end_on_a_small_budget(tmp_path, capsys):
         "rl.prompts_per_step=2",
         "rl.group_size=2",
         "rl.max_model_tokens=24",
-        "task.test_items=4",
+        "data.eval=[{name: heldout, items: 4}]",
         "eval.max_model_tokens=24",
         "model.tokenizer_corpus_items=100",
         "model.hidden_size=32",
@@ -84,7 +85,14 @@ def test_quickstart_runs_end_to_end_on_a_small_budget(tmp_path, capsys):
     assert "accuracy" in capsys.readouterr().out
     # the saved checkpoint loads back through the same path a hub model would
     assert (
-        main(["eval", str(run / "code" / "rl"), "task.test_items=2", "eval.max_model_tokens=16"])
+        main(
+            [
+                "eval",
+                str(run / "code" / "rl"),
+                "data.eval=[{name: heldout, items: 2}]",
+                "eval.max_model_tokens=16",
+            ]
+        )
         == 0
     )
     # benchmarks: a local file in the MATH-500 layout, resumed from the results folder
@@ -188,7 +196,7 @@ def test_train_under_two_gloo_ranks_matches_one_process(tmp_path):
             "rl.prompts_per_step=4",
             "rl.group_size=2",
             "rl.max_model_tokens=24",
-            "task.test_items=8",
+            "data.eval=[{name: heldout, items: 8}]",
             "eval.max_model_tokens=24",
             "eval.samples_per_item=0",
             "model.tokenizer_corpus_items=100",
@@ -232,7 +240,7 @@ def test_train_under_two_gloo_ranks_matches_one_process(tmp_path):
     for a, b in zip(one, two):
         for key in ("train/reward_mean", "length/model_tokens_mean", "actor/pg_loss"):
             assert a[key] == pytest.approx(b[key], abs=1e-6), key
-    eval_one = json.loads((tmp_path / "one" / "eval.json").read_text())["code"]["rl"]
-    eval_two = json.loads((tmp_path / "two" / "eval.json").read_text())["code"]["rl"]
+    eval_one = json.loads((tmp_path / "one" / "eval.json").read_text())["code"]["rl"]["heldout"]
+    eval_two = json.loads((tmp_path / "two" / "eval.json").read_text())["code"]["rl"]["heldout"]
     assert eval_one["eval/accuracy"] == eval_two["eval/accuracy"]
     assert eval_one["length/model_tokens_mean"] == eval_two["length/model_tokens_mean"]

@@ -225,3 +225,51 @@ def test_dump_yaml_then_load_config_round_trips(tmp_path):
     cfg = full_config()
     dump_yaml(cfg, tmp_path / "out" / "resolved.yaml")
     assert load_config(RunConfig, tmp_path / "out" / "resolved.yaml") == cfg
+
+
+def test_an_override_reaches_into_a_list_item_by_position():
+    data = {"data": {"train": [{"source": "a", "path": "x"}, {"source": "b"}]}}
+    out = apply_overrides(data, ["data.train[1].weight=2", "data.train[0].path=y"])
+    assert out["data"]["train"] == [{"source": "a", "path": "y"}, {"source": "b", "weight": 2}]
+    assert apply_overrides(data, ["data.train[0]={source: c}"])["data"]["train"][0] == {
+        "source": "c"
+    }
+    assert data["data"]["train"][0]["path"] == "x"  # the input is left alone
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("data.train[2].path=y", "data.train is [{"),
+        ("data.train[x].path=y", "write list items as name[0]"),
+        ("data[0].path=y", "data is {"),
+    ],
+)
+def test_an_item_the_list_does_not_have_is_a_config_error(override, words):
+    data = {"data": {"train": [{"source": "a"}]}}
+    with pytest.raises(ConfigError, match=r"^override ") as err:
+        apply_overrides(data, [override])
+    assert words in str(err.value)
+
+
+@dataclass
+class Entries:
+    items: list[dict] = field(default_factory=list)
+
+    def validate(self) -> None:
+        if self.items and "source" not in self.items[0]:
+            raise ConfigError("items[0].source is missing", "entries.items[0].source")
+
+
+@dataclass
+class WithEntries:
+    entries: Entries = field(default_factory=Entries)
+
+
+def test_a_rule_naming_a_key_inside_its_section_is_traced_to_the_override():
+    """A section's validate() that names a deeper key (entries.items[0].source) is reported
+    against the override that set it, not the config file."""
+    with pytest.raises(ConfigError) as err:
+        load_config(WithEntries, None, ["entries.items=[{weight: 1}]"])
+    assert str(err.value).startswith("override 'entries.items=[{weight: 1}]': ")
+    assert err.value.key == "entries.items[0].source"

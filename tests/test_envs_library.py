@@ -39,15 +39,15 @@ def test_train_and_test_tasks_never_share_an_item_and_round_trip(tmp_path):
     from tirl.envs.dataset import BuildConfig, build_tasks, read_tasks, write_tasks
     from tirl.envs.operators import score
 
-    train = list(build_tasks(REGISTRY, BuildConfig(n=400, seed=0, split="train")))
-    test = list(build_tasks(REGISTRY, BuildConfig(n=400, seed=0, split="test")))
-    assert len(train) == len(test) == 400
+    train = list(build_tasks(REGISTRY, BuildConfig(n=200, seed=0, split="train")))
+    test = list(build_tasks(REGISTRY, BuildConfig(n=200, seed=0, split="test")))
+    assert len(train) == len(test) == 200
     key = lambda t: (t.envs, t.xs[0])  # noqa: E731
     assert not {key(t) for t in train} & {key(t) for t in test}
     assert {t.operator for t in train} == {"sequential", "parallel", "sort", "select"}
     for suffix in (".jsonl", ".parquet"):
         path = tmp_path / f"tasks{suffix}"
-        assert write_tasks(train, path) == 400
+        assert write_tasks(train, path) == 200
         again = read_tasks(path)
         assert again == train
     assert all(score(t, t.answer, REGISTRY).value == 1.0 for t in train)

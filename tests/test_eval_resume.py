@@ -84,10 +84,10 @@ def test_arithmetic_eval_counts_failed_samples_apart_from_wrong_answers(
 ):
     tokenizer.save_pretrained(tmp_path / "model")
     url = _dead_url()
-    argv = ["eval", url, "task.test_items=3", "eval.max_model_tokens=8"]
+    argv = ["eval", url, "data.eval=[{name: heldout, items: 3}]", "eval.max_model_tokens=8"]
     assert main([*argv, "eval.samples_per_item=0", "--tokenizer", str(tmp_path / "model")]) == 1
     captured = capsys.readouterr()
-    metrics = json.loads(captured.out)
+    metrics = json.loads(captured.out)["heldout"]  # {eval set: metrics}
     assert metrics["eval/failed"] == metrics["eval/samples"] == 3
     assert math.isnan(metrics["eval/accuracy"])  # no answer was judged, none counts as wrong
     assert "3 of 3 samples failed" in captured.err

@@ -9,6 +9,7 @@ import json
 import urllib.request
 
 import pytest
+from conftest import tirl_serve
 
 from tirl.backends.hf import HFEngine
 from tirl.backends.openai import OpenAIEngine
@@ -16,6 +17,14 @@ from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
 
 PROMPTS = ["A:\n", "D:\n", "Compute 12 * 34."]  # the scripted model writes code for A and D
+
+
+@pytest.fixture(scope="module")
+def server(scripted_model, tokenizer, tmp_path_factory):
+    """One `tirl serve` of the scripted model for the module (conftest's `server` starts one per
+    test; these tests only read from it, and greedy decoding makes its answers stateless)."""
+    with tirl_serve(scripted_model, tokenizer, tmp_path_factory.mktemp("m") / "model") as url:
+        yield url
 
 
 def _rollouts(engine, tokenizer, settings):

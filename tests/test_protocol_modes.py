@@ -201,11 +201,17 @@ def test_stop_token_mode_runs_only_blocks_followed_by_the_stop_marker(protocol, 
 
 def _rollout(tokenizer, prompt, model_texts, settings, limits=None):
     """Run one trajectory per tape; returns (trajectory, engine) pairs."""
+    return _rollout_each(tokenizer, prompt, [(text, settings) for text in model_texts], limits)
+
+
+def _rollout_each(tokenizer, prompt, texts_and_settings, limits=None):
+    """One trajectory per (tape, settings), all in one sandbox (started once: it costs a
+    second or so each time); returns (trajectory, engine) pairs."""
 
     async def main():
         async with Sandbox(limits or SandboxLimits(timeout_s=2.0)) as sandbox:
             results = []
-            for text in model_texts:
+            for text, settings in texts_and_settings:
                 tape = tokenizer(text, add_special_tokens=False)["input_ids"]
                 engine = TapeEngine(tape + [tokenizer.eos_token_id], tokenizer.eos_token_id)
                 traj = await Rollout(engine, tokenizer, sandbox).run(prompt, settings)
@@ -254,8 +260,8 @@ def test_random_interleavings_keep_sampled_and_tool_ids_apart(tokenizer):
         cases.append((text, codes if protocol.boundary is EXACT else marked, settings))
 
     ran_total = skipped_total = 0
-    for text, expected_codes, settings in cases:
-        ((traj, engine),) = _rollout(tokenizer, prompt, [text], settings)
+    runs = _rollout_each(tokenizer, prompt, [(text, settings) for text, _, settings in cases])
+    for (_, expected_codes, settings), (traj, engine) in zip(cases, runs, strict=True):
         _check_token_invariants(traj, engine, encode(prompt), encode)
         assert traj.finish_reason == "stop"
         assert [c.code for c in traj.tool_calls] == expected_codes

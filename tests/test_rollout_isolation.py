@@ -202,18 +202,27 @@ def test_a_sandbox_session_killed_mid_cell_costs_only_its_trajectory(scripted_mo
         _same(ref, traj)
 
 
-def _serve(model_dir) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tirl.cli", "serve", str(model_dir), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        pytest.fail(f"tirl serve did not start: {line}")
-    return proc, line.strip().rsplit(" ", 1)[1]
+def _serve(model_dir, replicas: int) -> list[tuple[subprocess.Popen, str]]:
+    """`replicas` `tirl serve` processes, started together (each pays its imports: overlapping
+    them saves wall time) and returned once all listen."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tirl.cli", "serve", str(model_dir), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for _ in range(replicas)
+    ]
+    servers = []
+    for proc in procs:
+        line = proc.stdout.readline()
+        if "listening on" not in line:
+            for p in procs:
+                p.kill()
+            pytest.fail(f"tirl serve did not start: {line}")
+        servers.append((proc, line.strip().rsplit(" ", 1)[1]))
+    return servers
 
 
 @pytest.mark.slow
@@ -223,7 +232,7 @@ def test_a_server_process_killed_mid_run_loses_no_trajectory(scripted_model, tok
     prompts = [*OTHERS, "Compute 12 * 34."]
     reference = _reference(scripted_model, tokenizer, prompts)
     save_policy(scripted_model, tokenizer, tmp_path / "model")
-    servers = [_serve(tmp_path / "model") for _ in range(2)]
+    servers = _serve(tmp_path / "model", replicas=2)
     try:
         engines = [OpenAIEngine(url, tokenizer) for _, url in servers]
         killed: list[int] = []

@@ -15,7 +15,6 @@ import pytest
 from tiny_run import (
     error_lines,
     every_step_once,
-    run,
     start,
     temporaries,
     train_cmd,
@@ -159,11 +158,17 @@ def test_eval_and_synth_output_folders_are_locked_too(tiny_model, tokenizer, tmp
 
 
 @pytest.mark.slow
-def test_a_second_run_or_resume_on_a_busy_folder_is_refused_and_the_first_completes(tmp_path):
+def test_a_second_run_or_resume_on_a_busy_folder_is_refused_and_the_first_completes(
+    tmp_path, capsys
+):
     """An earlier run is killed (kill -9) mid-RL; a resume continues it while a second resume
     is refused; then a fresh run starts over while a second fresh run is refused. Each refusal
     is one line naming the holder's pid and changes nothing; each first run completes with every
-    step in metrics.jsonl once; the fresh run keeps the user's files."""
+    step in metrics.jsonl once; the fresh run keeps the user's files.
+
+    The runs that hold the folder are real `tirl` subprocesses; the refused second command runs
+    in this process through `main` (what `python -m tirl.cli` calls), which saves a fresh import
+    of torch and transformers per refusal while the lock it meets is another process's."""
     run_dir = tmp_path / "r"
     rl = "rl.steps=10"  # long enough to be killed between its first checkpoint and its end
     fresh, resume = train_cmd(tmp_path, "r", rl), [*train_cmd(tmp_path, "r", rl), "--resume"]
@@ -182,14 +187,16 @@ def test_a_second_run_or_resume_on_a_busy_folder_is_refused_and_the_first_comple
         os.kill(first.pid, signal.SIGSTOP)  # it holds the lock, and cannot finish meanwhile
         try:
             before = sorted((str(p), p.stat().st_size) for p in run_dir.rglob("*") if p.is_file())
-            refused = run(cmd)  # the same command again
+            capsys.readouterr()
+            code = main(cmd[3:])  # the same command again: `python -m tirl.cli` without `-m`
+            err = capsys.readouterr().err
             after = sorted((str(p), p.stat().st_size) for p in run_dir.rglob("*") if p.is_file())
         finally:
             os.kill(first.pid, signal.SIGCONT)
-        assert refused.returncode == 2, refused.stderr[-2000:]
-        lines = error_lines(refused.stderr)
-        assert len(lines) == 1 and f"in use by pid {first.pid} " in lines[0], refused.stderr
-        assert "Traceback" not in refused.stderr
+        assert code == 2, err[-2000:]
+        lines = error_lines(err)
+        assert len(lines) == 1 and f"in use by pid {first.pid} " in lines[0], err
+        assert "Traceback" not in err
         assert after == before  # the refused run touched nothing
         assert first.wait(timeout=300) == 0, (tmp_path / log_name).read_text()[-3000:]
 

@@ -22,6 +22,7 @@ from tirl.config import ConfigError, load_config
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory
 from tirl.rollout.runner import Rollout
 from tirl.sandbox import Sandbox
+from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.batch import collate
 from tirl.train.config import RLConfig, RLStage, RunConfig
 from tirl.train.metrics import MetricsLogger
@@ -32,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from dist_update_worker import small_model  # noqa: E402
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+ARITHMETIC = ArithmeticSource()  # the arithmetic items as tirl.tasks.Task
 
 
 def synthetic_batch(groups: int, group_size: int, seed: int = 0) -> list[Trajectory]:
@@ -96,22 +99,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_workers(args: list[str], world: int) -> None:
+def _run_workers(*jobs: tuple[list, int]) -> None:
+    """Run each job (worker arguments, world size) as its own process group, all at once: the
+    single-process reference and the gloo ranks are independent runs, so they need not wait for
+    each other (each pays its imports; overlapping them saves wall time)."""
     worker = Path(__file__).parent / "dist_update_worker.py"
-    port = _free_port()
     procs = []
-    for rank in range(world):
-        env = {
-            **os.environ,
-            "OMP_NUM_THREADS": "1",
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-        }
-        cmd = [sys.executable, str(worker), *map(str, args)]
-        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
+    for args, world in jobs:
+        port = _free_port()
+        for rank in range(world):
+            env = {
+                **os.environ,
+                "OMP_NUM_THREADS": "1",
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": str(world),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            }
+            cmd = [sys.executable, str(worker), *map(str, args)]
+            procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
     for proc in procs:
         _, err = proc.communicate(timeout=240)
         assert proc.returncode == 0, err[-3000:]
@@ -124,8 +131,10 @@ def test_two_gloo_ranks_with_fsdp_make_the_update_of_one_process(tmp_path):
     (tmp_path / "trajs.jsonl").write_text("\n".join(json.dumps(t.to_dict()) for t in trajs))
     cfg = {"lr": 1e-3, "updates_per_step": 2, "advantage": "reinforce++", "warmup_steps": 1}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    _run_workers(["update", tmp_path, tmp_path / "one.pt", 0], world=1)
-    _run_workers(["update", tmp_path, tmp_path / "two.pt", 2], world=2)
+    _run_workers(
+        (["update", tmp_path, tmp_path / "one.pt", 0], 1),
+        (["update", tmp_path, tmp_path / "two.pt", 2], 2),
+    )
     one = torch.load(tmp_path / "one.pt")
     two = torch.load(tmp_path / "two.pt")
     start = torch.load(tmp_path / "model.pt")
@@ -140,8 +149,7 @@ def test_two_gloo_ranks_with_fsdp_make_the_update_of_one_process(tmp_path):
 def test_two_gloo_ranks_train_like_one_process_rollouts_included(tmp_path):
     """Each rank rolls out half the groups (its own sandbox), all ranks update on the gathered
     batch, and each rank's sampling copy receives the new weights."""
-    _run_workers(["rl", tmp_path / "one.pt"], world=1)
-    _run_workers(["rl", tmp_path / "two.pt"], world=2)
+    _run_workers((["rl", tmp_path / "one.pt"], 1), (["rl", tmp_path / "two.pt"], 2))
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
     for a, b in zip(one["metrics"], two["metrics"]):
         assert a["train/reward_mean"] == b["train/reward_mean"]
@@ -167,7 +175,7 @@ async def _train(model, tokenizer, env, cfg, run_dir, until=None, resume=False):
         trainer = RLTrainer(
             model,
             Rollout(engine, tokenizer, sandbox),
-            lambda i: env.item("train", i),
+            lambda i: ARITHMETIC.item("train", i),
             cfg,
             pad_id=tokenizer.pad_token_id,
             use_tools=True,
@@ -217,7 +225,7 @@ def _one_step(env, tokenizer, model, cfg, reward_fn, use_train=False):
             trainer = RLTrainer(
                 model,
                 Rollout(engine, tokenizer, sandbox),
-                lambda i: env.item("train", i),
+                lambda i: ARITHMETIC.item("train", i),
                 cfg,
                 pad_id=tokenizer.pad_token_id,
                 use_tools=True,

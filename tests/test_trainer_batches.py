@@ -23,13 +23,16 @@ from tirl.models.tiny import TinyModelSpec, build_model
 from tirl.protocol.segments import Trajectory
 from tirl.rollout.runner import Rollout
 from tirl.sandbox import Sandbox
-from tirl.synth.arithmetic import prompt_for, text_only_texts, to_trajectory
+from tirl.synth.arithmetic import text_only_texts, to_trajectory
+from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.config import RLConfig, RLStage, SFTConfig
 from tirl.train.metrics import MetricsLogger
-from tirl.train.rl import RLTrainer, is_truncated
+from tirl.train.rl import RLTrainer, is_truncated, plain_prompt
 from tirl.train.sft import train_sft
 
 MAX_POSITIONS = 256  # the fixtures' context window
+
+ARITHMETIC = ArithmeticSource()  # the arithmetic items as tirl.tasks.Task
 
 
 def seed_parity(traj: Trajectory) -> float:
@@ -94,7 +97,7 @@ def test_a_step_short_of_informative_groups_does_not_update_and_they_wait(
     async def main():
         async with Sandbox() as sandbox:
             trainer, engine = trainer_for(
-                tiny_model, tokenizer, sandbox, lambda i: env.item("train", i), cfg,
+                tiny_model, tokenizer, sandbox, lambda i: ARITHMETIC.item("train", i), cfg,
                 informative_on({1, 5, 6, 7}, seen),
             )  # fmt: skip
             metrics, params, waiting = [], [params_of(tiny_model)], []
@@ -140,7 +143,7 @@ def test_refill_rounds_sample_only_the_shortfall_and_fill_the_batch_exactly(
         async with Sandbox() as sandbox:
             odd = {1, 3, 5, 7, 9}
             trainer, engine = trainer_for(
-                tiny_model, tokenizer, sandbox, lambda i: env.item("train", i), cfg,
+                tiny_model, tokenizer, sandbox, lambda i: ARITHMETIC.item("train", i), cfg,
                 informative_on(odd),
             )  # fmt: skip
             m = await trainer.step()
@@ -159,7 +162,7 @@ async def _train(model, tokenizer, env, cfg, reward_fn, run_dir: Path, until=Non
     async with Sandbox() as sandbox:
         logger = MetricsLogger(run_dir / "metrics.jsonl")
         trainer, engine = trainer_for(
-            model, tokenizer, sandbox, lambda i: env.item("train", i), cfg, reward_fn, logger
+            model, tokenizer, sandbox, lambda i: ARITHMETIC.item("train", i), cfg, reward_fn, logger
         )
         if resume:
             trainer.load_checkpoint(run_dir / "ckpt")
@@ -238,11 +241,11 @@ def context_filling(task, tokenizer, room: int = 2):
     """`task` with its question padded until the prompt leaves `room` tokens of context: any
     answer to it is cut by the context limit (finish_reason "length")."""
     pad = ""
-    while len(tokenizer(prompt_for(task) + pad, add_special_tokens=False)["input_ids"]) < (
+    while len(tokenizer(plain_prompt(task) + pad, add_special_tokens=False)["input_ids"]) < (
         MAX_POSITIONS - room
     ):
         pad += " ."
-    return dataclasses.replace(task, question=task.question + pad)
+    return dataclasses.replace(task, problem=task.problem + pad)
 
 
 def test_expansion_counts_truncation_in_dropped_groups(env, tokenizer, answering_model):
@@ -252,7 +255,7 @@ def test_expansion_counts_truncation_in_dropped_groups(env, tokenizer, answering
     long_tasks = {0, 2, 3}
 
     def task_at(i: int):
-        task = env.item("train", i)
+        task = ARITHMETIC.item("train", i)
         return context_filling(task, tokenizer) if i in long_tasks else task
 
     seen: list[Trajectory] = []
@@ -303,7 +306,7 @@ def test_partial_rollouts_train_the_oldest_complete_groups_never_more_than_a_bat
     long_tasks = {2, 3, 4, 5}
 
     def task_at(i: int):
-        task = env.item("train", i)
+        task = ARITHMETIC.item("train", i)
         return context_filling(task, tokenizer) if i in long_tasks else task
 
     seen: list[Trajectory] = []

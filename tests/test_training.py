@@ -10,11 +10,14 @@ from tirl.protocol.segments import SegmentKind
 from tirl.rollout.runner import Rollout
 from tirl.sandbox import Sandbox
 from tirl.synth.arithmetic import code_demonstrations, demonstration_texts, text_demonstrations
+from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.batch import collate, token_logprobs
 from tirl.train.config import RLConfig, SFTConfig
 from tirl.train.curriculum import budget_at
 from tirl.train.rl import RLTrainer
 from tirl.train.sft import sft_loss, train_sft
+
+ARITHMETIC = ArithmeticSource()  # the arithmetic items as tirl.tasks.Task
 
 
 def _demos(env, tokenizer, n=4):
@@ -86,7 +89,7 @@ def test_one_rl_step_updates_the_policy_and_reports(env, tokenizer, tiny_model):
             trainer = RLTrainer(
                 tiny_model,
                 Rollout(engine, tokenizer, sandbox),
-                lambda i: env.item("train", i),
+                lambda i: ARITHMETIC.item("train", i),
                 cfg,
                 pad_id=tokenizer.pad_token_id,
                 use_tools=True,

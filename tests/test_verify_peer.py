@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tirl.rewards.verify import MathVerifier, Verdict
+from tirl.rewards.verify import Verdict, default_verifier
 
 PEER = Path(__file__).resolve().parents[2] / "shared" / "data" / "peer-tests"
 CASES_FILE = PEER / "math-verify-cases.jsonl"
@@ -49,9 +49,12 @@ def cases() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def verdicts(cases: list[dict]) -> list[Verdict]:
-    """tirl's guarded verdict on every pair, all categories, in one batch through the pool."""
-    with MathVerifier(workers=2, timeout_s=10.0) as verifier:
-        return verifier.verify_batch([(c["gold"], c["pred"]) for c in cases])
+    """tirl's guarded verdict on every pair, all categories, in one batch through the pool.
+
+    The pool is the process-wide default one (2 guarded workers, as before, with the same 10 s
+    budget per pair): in a whole-suite run other tests have started it already, which saves
+    starting a pool of its own."""
+    return default_verifier().verify_batch([(c["gold"], c["pred"]) for c in cases], timeout_s=10.0)
 
 
 def _passes(case: dict, verdict: Verdict) -> bool:

@@ -40,6 +40,7 @@ from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, format_result
 from tirl.synth.arithmetic import ANSWER_TEMPLATE, prompt_for, text_only_texts, to_trajectory
+from tirl.tasks.sources.arithmetic import ArithmeticSource
 
 XSS = "<script>alert(1)</script>"
 CONTROL = "line\r\nnext\x00end\tx <b>"  # a CR the HTML parser would turn into LF, a NUL it drops
@@ -164,7 +165,7 @@ def rollout_trajs(tokenizer, env) -> list[Trajectory]:
 
     trajs = asyncio.run(run())
     for traj, task in zip(trajs, tasks):
-        score(traj, task).meta["variant"] = "text"
+        score(traj, ArithmeticSource().task(task)).meta["variant"] = "text"
     return trajs
 
 

@@ -24,30 +24,49 @@ from tirl.envs.cli import add_envs_parser
 from tirl.eval.evaluate import FailedSamplesError, check_failed_share  # light: no torch
 from tirl.synth.cli import add_synth_parser
 
-DEFAULT_CONFIG = "quickstart.yaml"
+DEFAULT_PRESET = "quickstart"
+DEFAULT_CONFIG = f"{DEFAULT_PRESET}.yaml"
 
 
-def _bundled_config(name: str) -> Path:
-    return Path(str(resources.files("tirl") / "configs" / name))
+def preset_path(name: str) -> Path:
+    """A preset bundled with tirl (`tirl/presets/NAME.yaml`)."""
+    return Path(str(resources.files("tirl") / "presets" / f"{name}.yaml"))
 
 
 def _load_run_config(path: str | None, overrides: list[str]):
     from tirl.train.config import RunConfig
 
-    return load_config(RunConfig, path or _bundled_config(DEFAULT_CONFIG), overrides)
+    return load_config(RunConfig, path or preset_path(DEFAULT_PRESET), overrides)
 
 
-def cmd_quickstart(args: argparse.Namespace) -> int:
+def _evaluation():
+    """tirl.eval's evaluation and report, handed to the training pipeline (which does not
+    import tirl.eval: DESIGN.md's layers)."""
+    from tirl.eval.evaluate import evaluate_policy
+    from tirl.eval.report import format_summary_table, summary_rows, write_report
+    from tirl.train.pipeline import Evaluation
+
+    return Evaluation(
+        evaluate_policy=evaluate_policy,
+        check_failed_share=check_failed_share,
+        write_report=write_report,
+        summary_table=lambda results: format_summary_table(summary_rows(results)),
+    )
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """`tirl train [CONFIG]` and `tirl quickstart` (the bundled quickstart preset)."""
     cfg = _load_run_config(args.config, args.overrides)  # before torch: errors come at once
-    if cfg.model.name_or_path:
-        check_model_source(cfg.model.name_or_path, "model.name_or_path")
+    if cfg.model.name_or_path:  # a server engine needs the model's tokenizer only
+        weights = cfg.rollout.engine != "openai"
+        check_model_source(cfg.model.name_or_path, "model.name_or_path", need_weights=weights)
     require_device(cfg.device)
     from tirl.train.run_folder import check_run_folder
 
     check_run_folder(cfg.out_dir, cfg.name, resume=args.resume)
-    from tirl.quickstart import run_quickstart
+    from tirl.train.pipeline import run_training
 
-    run_dir, results = run_quickstart(cfg, resume=args.resume)
+    run_dir, results = run_training(cfg, _evaluation(), resume=args.resume)
     print(f"\nrun folder: {run_dir}\nreport:     {run_dir / 'report.html'}  (and report.md)")
     print(f"wall time:  {results['wall_s']:.0f} s")
     return 0
@@ -60,23 +79,33 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
     variants = parse_variants(args.preset, args.variant or [])
     note = PRESET_NOTES.get(args.preset or "", "")
-    out = run_ablation(cfg, variants, args.seeds, Path(args.out), note)
+    out = run_ablation(cfg, variants, args.seeds, Path(args.out), _evaluation(), note)
     print(f"\nablation folder: {out}\ntable: {out / 'ablation.md'}  curves: {out / 'report.html'}")
     return 0
 
 
+def _print_keys(rows) -> None:
+    for row in rows:
+        if row.type == "section":
+            print(f"\n{row.key}: {row.doc}")
+            continue
+        bounds = f"  range {row.range}" if row.range else ""
+        print(f"  {row.key} = {json.dumps(row.default)}  ({row.type}){bounds}")
+        if row.doc:
+            print(f"      {row.doc}")
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     if args.keys:
+        from tirl.tasks.registry import SOURCES, source_names
         from tirl.train.config import RunConfig
 
-        for row in describe(RunConfig):
-            if row.type == "section":
-                print(f"\n{row.key}: {row.doc}")
-                continue
-            bounds = f"  range {row.range}" if row.range else ""
-            print(f"  {row.key} = {json.dumps(row.default)}  ({row.type}){bounds}")
-            if row.doc:
-                print(f"      {row.doc}")
+        _print_keys(describe(RunConfig))
+        print("\ntask sources: the keys of a data.train / data.eval entry {source: NAME, ...}")
+        for name in source_names():
+            print(f"\n  source: {name}  ({(SOURCES[name].__doc__ or '').strip().splitlines()[0]})")
+            fields = [r for r in describe(SOURCES[name]) if r.key != "name"]
+            _print_keys(fields)
         return 0
     cfg = _load_run_config(args.config, args.overrides)
     if args.output:
@@ -127,7 +156,7 @@ def check_model_source(name: str, what: str, need_weights: bool = True) -> None:
 class _Engine:
     """The HF engine for a local model, the OpenAI-compatible client for a server URL."""
 
-    def __init__(self, args, cfg, model, tokenizer) -> None:
+    def __init__(self, args, cfg, model, tokenizer, eos_id: int | None = None) -> None:
         from tirl.backends.hf import HFEngine
         from tirl.backends.openai import OpenAIEngine
         from tirl.httpauth import client_key
@@ -135,9 +164,8 @@ class _Engine:
         if model is None:  # sends $TIRL_API_KEY, when set, as the server's bearer key
             self.engine = OpenAIEngine(args.model, tokenizer, seed=cfg.seed, api_key=client_key())
         else:
-            self.engine = HFEngine(
-                model, tokenizer.eos_token_id, max_batch=cfg.rollout_batch, seed=cfg.seed
-            )
+            eos_id = tokenizer.eos_token_id if eos_id is None else eos_id
+            self.engine = HFEngine(model, eos_id, max_batch=cfg.rollout_batch, seed=cfg.seed)
 
     async def __aenter__(self):
         return self.engine
@@ -162,27 +190,47 @@ def cmd_eval(args: argparse.Namespace) -> int:
     limits = cfg.sandbox.limits()
     if items is not None:
         return _eval_benchmarks(args, cfg, model, tokenizer, limits, items)
-    from tirl.envs.arithmetic import ArithmeticEnv
-    from tirl.quickstart import evaluate_policy  # the quickstart's report stack: only here
-    from tirl.rollout.runner import Rollout
+    from tirl.eval.evaluate import evaluate_policy
+    from tirl.protocol import get_protocol
+    from tirl.rollout.runner import Rollout, RolloutSettings
+    from tirl.tasks import Mixture
+    from tirl.tasks.prompts import PromptRenderer
+    from tirl.train.pipeline import eval_sets
 
-    tasks = ArithmeticEnv(tuple(cfg.task.kinds), cfg.task.digits, cfg.seed).items(
-        "test", cfg.task.test_items
+    sets = eval_sets(cfg, Mixture.from_entries(cfg.data.train, "data.train", cfg.seed))
+    protocol = get_protocol(cfg.protocol, cfg.rl.boundary)
+    renderer = PromptRenderer(tokenizer, protocol, system=cfg.prompt.system, chat=cfg.prompt.chat)
+    settings = RolloutSettings(
+        max_model_tokens=cfg.eval.max_model_tokens,
+        tool_budget=cfg.eval.tool_budget,
+        temperature=0.0,
+        use_tools=not args.no_tools,
+        max_output_chars=cfg.sandbox.max_output_chars,
+        protocol=protocol,
     )
 
     async def run() -> dict:
+        results = {}
         async with Sandbox(limits, preload=tuple(cfg.sandbox.preload)) as sandbox:
-            async with _Engine(args, cfg, model, tokenizer) as engine:
-                metrics, _ = await evaluate_policy(
-                    Rollout(engine, tokenizer, sandbox), tasks, cfg, not args.no_tools, "eval"
-                )
-            return metrics
+            async with _Engine(args, cfg, model, tokenizer, renderer.eos_id) as engine:
+                rollout = Rollout(engine, tokenizer, sandbox)
+                for name, tasks in sets.items():
+                    results[name], _ = await evaluate_policy(
+                        rollout,
+                        tasks,
+                        settings,
+                        lambda t: renderer.prompt_ids(t.problem),
+                        cfg.eval.samples_per_item,
+                        cfg.eval.temperature,
+                        f"eval {name}",
+                    )
+            return results
 
-    metrics = asyncio.run(run())
-    print(json.dumps(metrics, indent=2))
+    results = asyncio.run(run())
+    print(json.dumps(results, indent=2))
     check_failed_share(
-        metrics["eval/failed"],
-        metrics["eval/samples"],
+        sum(m["eval/failed"] for m in results.values()),
+        sum(m["eval/samples"] for m in results.values()),
         cfg.eval.max_failed_share,
         "tirl eval",
         "rerun to evaluate again",
@@ -397,7 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
             "config", nargs="?", help=f"YAML config (default: the bundled {DEFAULT_CONFIG})"
         )
         p.add_argument(
-            "overrides", nargs="*", help="dotted overrides, e.g. rl.lr=1e-4 task.digits=4"
+            "overrides",
+            nargs="*",
+            help="dotted overrides, e.g. rl.lr=1e-4 data.train[0].digits=4",
         )
 
     def add_resume_arg(p: argparse.ArgumentParser) -> None:
@@ -415,12 +465,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_args(p)
     add_resume_arg(p)
-    p.set_defaults(func=cmd_quickstart)
+    p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("train", help="the same pipeline as quickstart, from your own config")
+    p = sub.add_parser(
+        "train",
+        help="the training pipeline (demonstrations -> SFT -> eval -> RL -> eval -> report) from"
+        " a config: any task sources, engine and protocol",
+        description="Run the pipeline a config describes (recipes/ holds examples; every key:"
+        " tirl config --keys). Without a config, the bundled quickstart preset.",
+    )
     add_config_args(p)
     add_resume_arg(p)
-    p.set_defaults(func=cmd_quickstart)
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
         "ablate",
@@ -461,7 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--benchmark",
         action="append",
         help="math500, aime24, aime25, amc23, olymmath-easy, olymmath-hard, hmmt, a file, or"
-        " races (repeatable or comma-separated); without it, the config's arithmetic test split",
+        " races (repeatable or comma-separated); without it, the config's data.eval sets",
     )
     p.add_argument(
         "--data-dir", help="folder or file with the benchmark data (else $TIRL_BENCHMARK_DIR)"
@@ -504,7 +560,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the resolved YAML here instead of printing it",
     )
     p.add_argument(
-        "--keys", action="store_true", help="list every key with its default, range and meaning"
+        "--keys",
+        "--help-fields",
+        action="store_true",
+        help="list every key with its default, range and meaning, and each task source's keys",
     )
     p.set_defaults(func=cmd_config)
 

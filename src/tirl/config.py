@@ -192,19 +192,41 @@ def apply_overrides(data: Mapping, overrides: Sequence[str]) -> dict:
             raise ConfigError(
                 f"override {_show(text)}: cannot parse {_show(raw)} as a YAML value"
             ) from None
-        *parents, last = key.split(".")
+        *parents, last = _key_steps(key)
         node = data
         for i, part in enumerate(parents):
-            if node.get(part) is None:  # absent, or an optional section set to null
-                node[part] = {}
-            node = node[part]
-            if not isinstance(node, dict):
-                section = ".".join(parents[: i + 1])
-                raise ConfigError(
-                    f"override {_show(text)}: {section} is {_show(node)}, not a section"
-                )
+            if isinstance(part, int):  # an item of a list the data already holds
+                node = node[part]
+            else:
+                if node.get(part) is None:  # absent, or an optional section set to null
+                    node[part] = {}
+                node = node[part]
+            nxt = (parents + [last])[i + 1]
+            want = list if isinstance(nxt, int) else dict
+            if not isinstance(node, want) or (want is list and not -len(node) <= nxt < len(node)):
+                section = _steps_text(parents[: i + 1])
+                what = f"a list with an item {nxt}" if want is list else "a section"
+                raise ConfigError(f"override {_show(text)}: {section} is {_show(node)}, not {what}")
         node[last] = value
     return data
+
+
+def _key_steps(key: str) -> list[str | int]:
+    """`data.train[0].path` -> ["data", "train", 0, "path"] (list items by position)."""
+    steps: list[str | int] = []
+    for part in key.split("."):
+        name, *indices = part.split("[")
+        if name:
+            steps.append(name)
+        for index in indices:
+            if not index.endswith("]") or not index[:-1].lstrip("-").isdigit() or not name:
+                raise ConfigError(f"override key {_show(key)}: write list items as name[0]")
+            steps.append(int(index[:-1]))
+    return steps
+
+
+def _steps_text(steps: list[str | int]) -> str:
+    return "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps).lstrip(".")
 
 
 def _split_override(text: str) -> tuple[str, str]:
@@ -289,7 +311,10 @@ def _build(cls: type[T], data: Any, where: str, base: Any) -> T:
         try:
             validate()
         except ConfigError as e:
-            raise ConfigError(f"{where}: {e}" if where else str(e), where) from None
+            # A key inside this section that the rule named (data.train[0].source) is kept,
+            # so load_config can say which override or file set it.
+            key = e.key if e.key and e.key.startswith(where) else where
+            raise ConfigError(f"{where}: {e}" if where else str(e), key) from None
     return obj
 
 

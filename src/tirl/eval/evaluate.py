@@ -1,5 +1,10 @@
 """Evaluate a policy on held-out tasks with the same rollout and reward code as training.
 
+Tasks are `tirl.tasks.Task`s of any source; each is asked as its prompt's token ids (the
+caller's `prompt_ids(task)`, from `tirl.tasks.prompts.PromptRenderer`, plain or chat) and scored
+by its own scorer on the model's text (`tirl.tasks.scoring.score_trajectory`): correct, the
+reward in [0, 1], the predicted answer and why.
+
 Failed samples: a trajectory whose engine or sandbox failed (finish_reason "error": a server
 that cannot be reached, a sandbox that was lost; or "cancelled") says nothing about the policy.
 It is not scored, and it is left out of the accuracy and of every other metric; the metrics count
@@ -11,15 +16,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
-from tirl.envs.arithmetic import ArithmeticItem, verify
 from tirl.eval.metrics import avg_at_k, pass_at_k
 from tirl.protocol.segments import Trajectory
-from tirl.rewards.answer import answer_from_trajectory
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 from tirl.rollout.runner import Rollout, RolloutSettings
-from tirl.synth.arithmetic import prompt_for
+from tirl.tasks.base import Task
+from tirl.tasks.scoring import score_trajectory
+
+PromptIds = Callable[[Task], Sequence[int]]  # a task's prompt as token ids
 
 FAILED_FINISH = ("error", "cancelled")  # finish reasons of samples the infrastructure failed
 
@@ -47,15 +54,9 @@ def check_failed_share(
         )
 
 
-def score(traj: Trajectory, task: ArithmeticItem) -> Trajectory:
-    """Record the predicted answer and its correctness in `traj.meta`."""
-    predicted = answer_from_trajectory(traj)
-    traj.meta.update(
-        question=task.question,
-        gold=task.answer,
-        predicted=predicted,
-        correct=verify(task, predicted),
-    )
+def score(traj: Trajectory, task: Task) -> Trajectory:
+    """Record the task's score of `traj` in its meta (`tirl.tasks.scoring`)."""
+    score_trajectory(traj, task)
     return traj
 
 
@@ -66,22 +67,24 @@ def mean_pass_at_most_k(per_item: list[list[bool]], k: int) -> float:
 
 async def evaluate(
     rollout: Rollout,
-    tasks: Sequence[ArithmeticItem],
+    tasks: Sequence[Task],
     settings: RolloutSettings,
+    prompt_ids: PromptIds,
     k: int = 1,
     progress: str | None = None,
 ) -> tuple[dict, list[Trajectory]]:
-    """Accuracy, tool statistics and lengths (in model tokens) over `tasks`.
+    """Accuracy, mean task reward, tool statistics and lengths (in model tokens) over `tasks`.
 
     With `settings.temperature` 0 every task is decoded once, greedily, and "eval/accuracy" is
     the share solved. Otherwise each task is sampled `k` times and "eval/accuracy" is avg@k
     (the mean over tasks of the share of its k samples that are correct; CIR reports avg@16 at
     temperature 1.0), with "eval/pass@k" beside it. Failed samples (see the module doc) are
     left out; an item all of whose samples failed is left out of the accuracy (nan if all are).
+    "eval/reward" is the mean of the scorers' rewards (partial credit where a task gives it).
     """
     start = time.perf_counter()
     k = 1 if settings.temperature == 0 else k
-    prompts = [prompt_for(t) for t in tasks for _ in range(k)]
+    prompts = [list(prompt_ids(t)) for t in tasks for _ in range(k)]
     trajs = await rollout.run_many(prompts, settings, progress=progress)
     per_item: list[list[bool]] = []
     scored: list[Trajectory] = []
@@ -89,15 +92,19 @@ async def evaluate(
         samples = []
         for traj in trajs[i * k : (i + 1) * k]:
             if is_failed(traj):
-                traj.meta.update(question=task.question, gold=task.answer, status="failed")
+                traj.meta.update(
+                    task_id=task.id, question=task.problem, gold=task.answer, status="failed"
+                )
                 continue
             samples.append(bool(score(traj, task).meta["correct"]))
             scored.append(traj)
         if samples:
             per_item.append(samples)
+    rewards = [t.meta["task_reward"] for t in scored]
     metrics = {
         "eval/accuracy": avg_at_k(per_item) if per_item else math.nan,
         "eval/pass@k": mean_pass_at_most_k(per_item, k) if per_item else math.nan,
+        "eval/reward": sum(rewards) / len(rewards) if rewards else math.nan,
         "eval/k": k,
         "eval/temperature": settings.temperature,
         "eval/n_items": len(tasks),
@@ -109,4 +116,43 @@ async def evaluate(
         **(aggregate_tool_stats([tool_stats(t) for t in scored]) if scored else {}),
         "time/eval_s": time.perf_counter() - start,
     }
+    return metrics, trajs
+
+
+async def evaluate_policy(
+    rollout: Rollout,
+    tasks: Sequence[Task],
+    settings: RolloutSettings,
+    prompt_ids: PromptIds,
+    samples_per_item: int = 0,
+    temperature: float = 1.0,
+    label: str = "eval",
+) -> tuple[dict, list[Trajectory]]:
+    """A greedy pass ("eval/accuracy"), then avg@k with sampling at `temperature`
+    ("eval/avg@k", k = `samples_per_item`) when k > 0. `settings` carries everything else
+    (token limit, tool budget, protocol); its temperature is ignored. Returns the merged
+    metrics and the greedy trajectories."""
+    greedy = replace(settings, temperature=0.0)
+    metrics, trajs = await evaluate(rollout, tasks, greedy, prompt_ids, progress=f"{label}, greedy")
+    k = samples_per_item
+    if k > 0:
+        sampled, _ = await evaluate(
+            rollout,
+            tasks,
+            replace(settings, temperature=temperature),
+            prompt_ids,
+            k,
+            progress=f"{label}, avg@{k}",
+        )
+        metrics.update(
+            {
+                "eval/avg@k": sampled["eval/accuracy"],
+                "eval/pass@k": sampled["eval/pass@k"],
+                "eval/k": sampled["eval/k"],
+                "eval/temperature": sampled["eval/temperature"],
+                "eval/failed": metrics["eval/failed"] + sampled["eval/failed"],
+                "eval/samples": metrics["eval/samples"] + sampled["eval/samples"],
+                "time/eval_s": metrics["time/eval_s"] + sampled["time/eval_s"],
+            }
+        )
     return metrics, trajs

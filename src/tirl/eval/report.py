@@ -2,7 +2,9 @@
 
 Inputs are plain data written by training and evaluation: `metrics.jsonl` (one JSON object per
 logged step, `{"variant", "phase", "step", ...namespaced metrics}`), the eval results dict
-(`{variant: {phase: {"eval/accuracy": ..., ...}}}`) and a few sample `Trajectory` objects.
+(`{variant: {phase: {eval set: {"eval/accuracy": ..., ...}}}}`, as `tirl train` writes it; a
+phase may also hold one set's metrics directly) and a few sample `Trajectory` objects. With
+several eval sets, a row's phase reads "rl: <set>".
 Outputs, under the run folder:
 
 - `plots/*.png`: one figure per metric family, code vs text on the same axes, in the spirit of
@@ -140,23 +142,39 @@ def _series(
 # ---------------------------------------------------------------------------- tables
 
 
-def summary_rows(eval_results: dict) -> list[dict]:
-    """One row per (variant, phase) of the eval results, in a stable order.
+def eval_sets_of(phase_results: dict) -> list[tuple[str | None, dict]]:
+    """[(eval set, metrics)] of one phase's results: `{set: metrics}`, or the metrics of a
+    single unnamed set (None)."""
+    if not isinstance(phase_results, dict):
+        return [(None, {})]
+    if phase_results and all(isinstance(v, dict) for v in phase_results.values()):
+        return list(phase_results.items())
+    return [(None, phase_results)]
 
-    Each row has "variant", "phase" and every key of `SUMMARY_COLUMNS` ("accuracy", "calls",
-    "ok_share", "model_tokens", ...); a metric the evaluation did not record is None.
+
+def summary_rows(eval_results: dict) -> list[dict]:
+    """One row per (variant, phase, eval set) of the eval results, in a stable order.
+
+    Each row has "variant", "phase" (with the set's name, "rl: races", when there are several
+    sets), "eval_set" and every key of `SUMMARY_COLUMNS` ("accuracy", "calls", "ok_share",
+    "model_tokens", ...); a metric the evaluation did not record is None.
     """
-    rows = []
+    found = []
     for variant in _ordered(eval_results or {}, VARIANT_ORDER):
         phases = eval_results[variant]
         if not isinstance(phases, dict):
             continue
         for phase in _ordered(phases, PHASE_ORDER):
-            metrics = phases[phase] if isinstance(phases[phase], dict) else {}
-            row = {"variant": variant, "phase": phase}
-            for key, metric, _, _ in SUMMARY_COLUMNS:
-                row[key] = _number(metrics.get(metric))
-            rows.append(row)
+            for name, metrics in eval_sets_of(phases[phase]):
+                found.append((variant, phase, name, metrics))
+    several = len({name for _, _, name, _ in found}) > 1
+    rows = []
+    for variant, phase, name, metrics in found:
+        label = f"{phase}: {name}" if several and name is not None else phase
+        row = {"variant": variant, "phase": label, "eval_set": name}
+        for key, metric, _, _ in SUMMARY_COLUMNS:
+            row[key] = _number(metrics.get(metric))
+        rows.append(row)
     return rows
 
 
@@ -203,7 +221,7 @@ def format_summary_table(rows: list[dict], columns: Sequence[str] = TERMINAL_COL
 def _headline(rows: list[dict]) -> str | None:
     """One line comparing code and text eval accuracy at the latest phase both have."""
     acc = {(r["variant"], r["phase"]): r["accuracy"] for r in rows if r["accuracy"] is not None}
-    for phase in reversed(_ordered({p for _, p in acc}, PHASE_ORDER)):
+    for phase in reversed(list(dict.fromkeys(p for _, p in acc))):  # summary_rows order
         if ("code", phase) in acc and ("text", phase) in acc:
             code, text = acc["code", phase], acc["text", phase]
             return (
@@ -393,7 +411,7 @@ def _eval_accuracy_figure(rows: list[dict], path: Path) -> bool:
     if not rows:
         return False
     variants = _ordered({r["variant"] for r in rows}, VARIANT_ORDER)
-    phases = _ordered({r["phase"] for r in rows}, PHASE_ORDER)
+    phases = list(dict.fromkeys(r["phase"] for r in rows))  # summary_rows' order
     acc = {(r["variant"], r["phase"]): r["accuracy"] for r in rows}
     fig, (ax,) = _new_figure(1)
     width = 0.8 / len(variants)
@@ -638,7 +656,7 @@ def write_report(
     eval_results: dict,
     metrics_path: Path,
     samples: Sequence[Trajectory | dict] = (),
-    title: str = "tirl quickstart",
+    title: str = "tirl train",
     config: dict | None = None,
     max_samples: int = 6,
     tokenizer=None,

@@ -6,9 +6,10 @@ every variant starts RL from its mode's SFT model and is evaluated on the
 same held-out items. A variant is a list of config overrides on top of the base config.
 
 Presets:
-- `cir`: the full CIR recipe (§2.3.2), then each of its six strategies removed in turn.
-  "Removed" means the alternative the paper argues against: stop-token boundaries, tool
-  output trained on, an entropy bonus, a KL penalty, symmetric clipping, a fixed budget.
+- `cir`: the full CIR recipe (§2.3.2: REINFORCE++ with the +1 / -1 reward, every variant
+  included), then each of its six strategies removed in turn. "Removed" means the alternative
+  the paper argues against: stop-token boundaries, tool output trained on, an entropy bonus, a
+  KL penalty, symmetric clipping, a fixed budget.
 - `agentmath`: GRPO, then adaptive batches, the composite reward, and both.
 - `advantages`: the advantage estimators side by side.
 
@@ -33,21 +34,23 @@ from dataclasses import replace
 from pathlib import Path
 
 from tirl.config import ConfigError, apply_overrides, from_dict, to_dict
-from tirl.eval.report import write_report
 from tirl.files import read_jsonl, write_text
 from tirl.sandbox import Sandbox
 from tirl.train.config import RunConfig
+from tirl.train.pipeline import Evaluation, Pipeline, quiet_transformers, seed_everything
 from tirl.train.run_folder import ABLATE_ENTRIES, claim_folder
+
+CIR = ["rl.advantage=reinforce++", "rl.reward=binary"]  # CIR's estimator and +1 / -1 reward
 
 PRESETS: dict[str, dict[str, list[str]]] = {
     "cir": {
-        "cir": [],
-        "-exact-match": ["rl.boundary=stop_token"],
-        "-tool-mask": ["rl.mask_tool_output=false"],
-        "-no-entropy": ["rl.entropy_coef=0.01"],
-        "-no-kl": ["rl.kl_coef=0.05"],
-        "-clip-higher": ["rl.clip_high=0.2"],
-        "-budget-growth": ["rl.budget_schedule=[[0, 4]]"],
+        "cir": [*CIR],
+        "-exact-match": [*CIR, "rl.boundary=stop_token"],
+        "-tool-mask": [*CIR, "rl.mask_tool_output=false"],
+        "-no-entropy": [*CIR, "rl.entropy_coef=0.01"],
+        "-no-kl": [*CIR, "rl.kl_coef=0.05"],
+        "-clip-higher": [*CIR, "rl.clip_high=0.2"],
+        "-budget-growth": [*CIR, "rl.budget_schedule=[[0, 4]]"],
     },
     "agentmath": {
         "grpo": [],
@@ -101,30 +104,32 @@ def parse_variants(preset: str | None, specs: list[str]) -> dict[str, list[str]]
     return variants
 
 
-async def _run_seed(base: RunConfig, variants: dict[str, list[str]], seed_dir: Path) -> dict:
-    from tirl.quickstart import Quickstart, _seed_everything, make_tokenizer
-
-    quick = Quickstart(base, seed_dir)
-    tokenizer = make_tokenizer(base, quick.env)
-    quick.tokenizer = tokenizer
-    limits = base.sandbox.limits()
+async def _run_seed(
+    base: RunConfig, variants: dict[str, list[str]], seed_dir: Path, evaluation: Evaluation
+) -> dict:
+    """One seed: an SFT model per boundary mode, then RL of every variant from it."""
+    pipeline = Pipeline(base, seed_dir, evaluation)
+    pipeline.prepare()
     configs = {name: variant_config(base, overrides, name) for name, overrides in variants.items()}
+    limits = base.sandbox.limits()
     async with Sandbox(limits, preload=tuple(base.sandbox.preload)) as sandbox:
         sft_states = {}  # one SFT model per boundary mode: demonstrations are written in it
         for boundary in dict.fromkeys(cfg.rl.boundary for cfg in configs.values()):
             name = "sft" if boundary == base.rl.boundary else f"sft-{boundary}"
-            quick.cfg = replace(base, rl=replace(base.rl, boundary=boundary))
-            _seed_everything(base.seed)
-            model = quick.make_model(tokenizer)
-            await quick.sft(name, model, tokenizer, sandbox, use_tools=True)
+            pipeline.cfg = replace(base, rl=replace(base.rl, boundary=boundary))
+            pipeline.prepare(pipeline.tokenizer)  # the renderer in this boundary mode
+            seed_everything(base.seed)
+            model = pipeline.make_model()
+            await pipeline.sft(name, model, sandbox, use_tools=True)
             sft_states[boundary] = copy.deepcopy(model.state_dict())
-        quick.cfg = base
         for name, cfg in configs.items():
+            pipeline.cfg = cfg
+            pipeline.prepare(pipeline.tokenizer)
             model.load_state_dict(sft_states[cfg.rl.boundary])
-            _seed_everything(cfg.seed)
-            await quick.rl(name, model, tokenizer, sandbox, True, cfg)
-    quick.logger.close()
-    return quick.results
+            seed_everything(cfg.seed)
+            await pipeline.rl(name, model, sandbox, True, cfg)
+    pipeline.logger.close()
+    return pipeline.results
 
 
 def _mean_records(paths: list[Path]) -> list[dict]:
@@ -144,12 +149,17 @@ def _mean_records(paths: list[Path]) -> list[dict]:
     return merged
 
 
+def first_set(phase: dict) -> dict:
+    """The metrics of a phase's first eval set (`{set: metrics}`; the table compares on it)."""
+    return next(iter(phase.values()), {}) if phase else {}
+
+
 def comparison_table(per_seed: list[dict], variants: dict[str, list[str]]) -> str:
     """Markdown: one row per variant, mean ± sd over seeds, and the accuracy difference from
     the first variant (the reference recipe)."""
 
     def values(name: str, key: str) -> list[float]:
-        found = [r.get(name, {}).get("rl", {}).get(key) for r in per_seed]
+        found = [first_set(r.get(name, {}).get("rl", {})).get(key) for r in per_seed]
         return [x for x in found if isinstance(x, (int, float)) and math.isfinite(x)]
 
     reference = list(variants)[0]
@@ -158,7 +168,10 @@ def comparison_table(per_seed: list[dict], variants: dict[str, list[str]]) -> st
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     sft_names = sorted({k for r in per_seed for k in r if k.startswith("sft")})
     for name, overrides in variants.items():
-        cells = [name, ", ".join(f"`{o}`" for o in overrides) or "(reference)"]
+        shown = ", ".join(f"`{o}`" for o in overrides)
+        if name == reference:
+            shown = f"{shown} (reference)".strip()
+        cells = [name, shown or "(base config)"]
         for key, _, fmt in TABLE_METRICS:
             xs = values(name, key)
             if not xs:
@@ -171,7 +184,7 @@ def comparison_table(per_seed: list[dict], variants: dict[str, list[str]]) -> st
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for name in sft_names:
-        sft = [r[name]["sft"]["eval/accuracy"] for r in per_seed if name in r]
+        sft = [first_set(r[name]["sft"])["eval/accuracy"] for r in per_seed if name in r]
         lines.append(f"SFT starting point `{name}`, greedy accuracy: {statistics.fmean(sft):.3f}.")
     return "\n".join(lines)
 
@@ -181,24 +194,32 @@ def run_ablation(
     variants: dict[str, list[str]],
     seeds: list[int],
     out_dir: Path,
+    evaluation: Evaluation,
     note: str = "",
 ) -> Path:
-    """Run every variant on every seed; write the comparison; return the ablation folder."""
+    """Run every variant on every seed; write the comparison (and, through `evaluation`,
+    the report); return the ablation folder."""
     for name, overrides in variants.items():
         variant_config(base, overrides, name)  # every variant valid before anything runs
+    quiet_transformers(base)
     out_dir = Path(out_dir)
     with claim_folder(out_dir, "ablate", ABLATE_ENTRIES, resume=False):
-        _run_ablation(base, variants, seeds, out_dir, note)
+        _run_ablation(base, variants, seeds, out_dir, evaluation, note)
     return out_dir
 
 
 def _run_ablation(
-    base: RunConfig, variants: dict[str, list[str]], seeds: list[int], out_dir: Path, note: str
+    base: RunConfig,
+    variants: dict[str, list[str]],
+    seeds: list[int],
+    out_dir: Path,
+    evaluation: Evaluation,
+    note: str,
 ) -> None:
     per_seed = []
     for seed in seeds:
         cfg = replace(base, seed=seed)
-        per_seed.append(asyncio.run(_run_seed(cfg, variants, out_dir / f"seed{seed}")))
+        per_seed.append(asyncio.run(_run_seed(cfg, variants, out_dir / f"seed{seed}", evaluation)))
     write_text(out_dir / "results.json", json.dumps(per_seed, indent=2))
     table = comparison_table(per_seed, variants)
     seeds_text = ", ".join(map(str, seeds))
@@ -214,7 +235,7 @@ def _run_ablation(
     records = _mean_records([out_dir / f"seed{s}" / "metrics.jsonl" for s in seeds])
     write_text(merged, "".join(json.dumps(r) + "\n" for r in records))
     first = per_seed[0]
-    write_report(
+    evaluation.write_report(
         out_dir,
         eval_results=first,
         metrics_path=merged,

@@ -1,9 +1,10 @@
-"""The run configuration: every switch of the quickstart, SFT and RL, with its meaning and range.
+"""The run configuration of `tirl train`: every switch of the pipeline (tasks, prompts, engine,
+model, SFT, RL, evaluation), with its meaning and range.
 
 Loaded from YAML with dotted overrides by `tirl.config.load_config`. Each field is declared with
 `setting(default, range, doc)`: the doc and range here are the reference documentation
 (`tirl config --keys` prints them), and both are checked when the config is loaded, before
-anything is imported or written. Defaults are the quickstart's (`configs/quickstart.yaml`).
+anything is imported or written. Defaults are the quickstart's (`tirl/presets/quickstart.yaml`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from tirl.config import ConfigError, setting
 
@@ -58,19 +59,95 @@ def _modules_problem(modules: list[str]) -> str | None:
     return None
 
 
-@dataclass
-class TaskConfig:
-    """The arithmetic task family (`tirl.envs.arithmetic`)."""
+DEFAULT_EVAL_SET = "heldout"
+_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# Keys of a data.eval entry that are the evaluation's own; the rest name a task source.
+EVAL_ENTRY_KEYS = ("name", "items")
 
-    kinds: list[Literal["product", "mod", "chain"]] = setting(
-        factory=lambda: ["product", "mod", "chain"], doc="problem kinds mixed in the task stream"
+
+def _protocol_problem(name: str) -> str | None:
+    from tirl.protocol import PROTOCOLS  # the registry: no copied list of names here
+
+    if name in PROTOCOLS:
+        return None
+    return f"must be a registered protocol ({', '.join(sorted(PROTOCOLS))})"
+
+
+def eval_set_problem(entry: dict) -> str | None:
+    """Why a data.eval entry's own keys are wrong, or None (its source is checked apart)."""
+    name = entry.get("name")
+    if not isinstance(name, str) or not _SET_NAME.fullmatch(name) or len(name) > 100:
+        return f"name must be a plain name (letters, digits, _ . -), got {name!r}"
+    items = entry.get("items", 200)
+    if isinstance(items, bool) or not isinstance(items, int) or items < 1:
+        return f"items must be an int >= 1, got {items!r}"
+    return None
+
+
+@dataclass
+class DataConfig:
+    """What the run trains and evaluates on: task sources by name (`tirl.tasks`, listed by
+    `tirl envs list`-style registries: arithmetic, races, dataset, benchmark, ...).
+
+    `train` is a weighted mixture of source entries `{source: NAME, weight: W, ...its keys}`;
+    SFT demonstrations are its first `sft.examples` train items and RL continues the same
+    stream after them (prompts SFT never saw). `eval` lists the evaluation sets, each
+    `{name: NAME, items: N}` plus optionally a source entry's keys: without `source` it is the
+    held-out `test` split of the train mixture; with one, that source's `test` split.
+    """
+
+    train: list[dict[str, Any]] = setting(
+        factory=lambda: [{"source": "arithmetic"}],
+        doc="task sources mixed for SFT and RL: [{source: NAME, weight: W, ...its keys}]",
     )
-    digits: int = setting(3, "[1, 9]", "digits of each operand")
-    test_items: int = setting(200, ">= 1", "held-out items evaluated")
+    eval: list[dict[str, Any]] = setting(
+        factory=lambda: [{"name": DEFAULT_EVAL_SET, "items": 200}],
+        doc="evaluation sets: [{name, items, and optionally source: NAME ...its keys}]; no"
+        " source = the train mixture's held-out test split",
+    )
 
     def validate(self) -> None:
-        if not self.kinds:
-            raise ConfigError("task.kinds must name at least one kind")
+        if not self.eval:
+            raise ConfigError("data.eval must list at least one evaluation set", "data.eval")
+        names = []
+        for i, entry in enumerate(self.eval):
+            problem = eval_set_problem(entry)
+            if problem:
+                raise ConfigError(f"data.eval[{i}].{problem}", f"data.eval[{i}]")
+            names.append(entry["name"])
+        if len(set(names)) != len(names):
+            raise ConfigError(f"data.eval names must differ, got {names}", "data.eval")
+
+
+@dataclass
+class PromptConfig:
+    """How a task's problem becomes the prompt (`tirl.tasks.prompts.PromptRenderer`)."""
+
+    chat: bool | None = setting(
+        None,
+        doc="wrap the problem in the tokenizer's chat template; null = when the tokenizer has"
+        " one (the tiny model has none: plain 'Problem: ... Solution:' text)",
+    )
+    system: str | None = setting(
+        None, doc="system message of the chat template (with chat); null = the protocol's own"
+    )
+
+
+@dataclass
+class RolloutConfig:
+    """Which engine samples rollouts and evaluations (`tirl.train.engines`)."""
+
+    engine: Literal["hf", "openai", "vllm"] = setting(
+        "hf",
+        doc="hf = the live policy in this process (receives every update); openai = OpenAI-"
+        "compatible servers at urls (eval only: they cannot receive the trained weights);"
+        " vllm = vLLM in this process from model.name_or_path (eval only)",
+    )
+    urls: list[str] = setting(
+        factory=list,
+        doc="openai: server base URLs; several are load-balanced by tirl's prefix-aware,"
+        " sticky router",
+    )
 
 
 @dataclass
@@ -93,6 +170,13 @@ class ModelConfig:
     )
     tokenizer_corpus_items: int = setting(
         2000, ">= 1", "train items whose texts train the tokenizer"
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = setting(
+        "float32",
+        doc="weights' dtype; float16 needs a GPU (bfloat16 also runs on CPU, slowly)",
+    )
+    gradient_checkpointing: bool = setting(
+        False, doc="recompute activations in the backward pass: less memory, ~30% more time"
     )
 
     def validate(self) -> None:
@@ -140,15 +224,29 @@ class SandboxConfig:
 
 @dataclass
 class SFTConfig:
-    """Supervised fine-tuning on synthesized trajectories. Tool tokens carry loss mask 0."""
+    """Supervised fine-tuning on demonstrations. Tool tokens carry loss mask 0.
+
+    Demonstrations come from `data` (a `tirl synth run` / `tirl synth races` file, written in
+    the run's protocol, with the interpreter's recorded outputs) or, without it, from the train
+    sources' own teacher-free demonstrators (arithmetic, RACES mappers), whose code the
+    sandbox runs."""
 
     steps: int = setting(800, ">= 0", "optimizer steps; 0 skips SFT")
+    data: str | None = setting(
+        None,
+        doc="a tirl synth output file of demonstrations; null = the train sources' built-in"
+        " teacher-free demonstrations",
+        check=_path_problem,
+    )
     batch_size: int = setting(64, ">= 1", "trajectories per step")
     lr: float = setting(1e-3, "(0, 1]", "peak learning rate (AdamW)")
     warmup_steps: int = setting(10, ">= 0", "linear warm-up of the learning rate, in steps")
     weight_decay: float = setting(0.0, "[0, 1]", "AdamW weight decay")
     examples: int = setting(
-        4000, ">= 1", "synthesized trajectories (the interpreter runs each one's code)"
+        4000,
+        ">= 1",
+        "demonstrations made from the first train items (the interpreter runs each one's"
+        " code); with sft.data, the most read from the file",
     )
     # Below 1 the SFT model only sometimes reaches for the tool, and RL has to learn that the
     # tool pays (CIR's setting: RL learns when and how to call the interpreter).
@@ -167,6 +265,106 @@ class RLStage:
 
     max_model_tokens: int = setting(range=">= 1", doc="model tokens per trajectory in this stage")
     tool_budget: int = setting(range=">= 0", doc="tool calls per trajectory in this stage")
+
+
+# ------------------------------------------------------------ RL: names checked in registries
+# The algorithm switches of RLConfig name entries of live registries, not copied lists: an
+# estimator, loss or reward registered by a user's module (docs/extending.md) is accepted like
+# a built-in one, and an unknown name is refused with the registered names. The registries of
+# `tirl.algos` import torch, so they are imported only when a key naming them is checked.
+
+
+def _registered_problem(kind: str, name: str, registry) -> str | None:
+    if name in registry:
+        return None
+    return f"must name a registered {kind} ({', '.join(sorted(registry))})"
+
+
+def _advantage_problem(name: str) -> str | None:
+    from tirl.algos.advantages import ADVANTAGE_ESTIMATORS
+
+    return _registered_problem("advantage estimator", name, ADVANTAGE_ESTIMATORS)
+
+
+def _policy_loss_problem(name: str) -> str | None:
+    from tirl.algos.losses import POLICY_LOSSES
+
+    return _registered_problem("policy loss", name, POLICY_LOSSES)
+
+
+def _reward_problem(name: str) -> str | None:
+    from tirl.rewards.reward import REWARDS
+
+    return _registered_problem("reward", name, REWARDS)
+
+
+def _loss_agg_problem(mode: str) -> str | None:
+    from tirl.algos.losses import AGG_MODES
+
+    return _registered_problem("aggregation mode", mode, AGG_MODES)
+
+
+def _kl_estimator_problem(name: str) -> str | None:
+    from tirl.algos.losses import KL_ESTIMATORS
+
+    return _registered_problem("KL estimator", name, KL_ESTIMATORS)
+
+
+def _param_values_problem(params: dict[str, Any]) -> str | None:
+    """Hyper-parameters are plain YAML scalars (or lists of them), numbers finite."""
+
+    def plain(v: Any) -> bool:
+        if isinstance(v, list):
+            return all(plain(x) for x in v)
+        if isinstance(v, float):
+            return v == v and abs(v) != float("inf")
+        return v is None or isinstance(v, (bool, int, str))
+
+    bad = [k for k, v in params.items() if not plain(v)]
+    if bad:
+        return f"must map names to numbers, strings or lists of them ({bad[0]!r} does not)"
+    return None
+
+
+def keyword_params(fn: Any, reserved: tuple[str, ...] = ()) -> tuple[list[str], bool]:
+    """(the keyword parameters `fn` takes besides `reserved`, whether it takes any keyword)."""
+    import inspect
+
+    names, any_keyword = [], False
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            any_keyword = True
+        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in reserved:
+            names.append(p.name)
+    return names, any_keyword
+
+
+def _check_params(
+    key: str,
+    params: dict[str, Any],
+    fn: Any,
+    what: str,
+    reserved: tuple[str, ...] = (),
+    dedicated: dict[str, str] | None = None,
+) -> None:
+    """ConfigError unless every name in `params` is a keyword parameter of `fn` that no
+    dedicated config field already sets."""
+    names, any_keyword = keyword_params(fn, reserved)
+    for name in params:
+        if dedicated and name in dedicated:
+            raise ConfigError(f"{key}.{name}: set {dedicated[name]} instead", f"{key}.{name}")
+        if name in names or (any_keyword and name not in reserved):
+            continue
+        accepted = [n for n in names if not dedicated or n not in dedicated]
+        takes = f"accepted: {', '.join(accepted)}" if accepted else "it takes none"
+        raise ConfigError(f"{key}.{name} is not a parameter of {what} ({takes})", f"{key}.{name}")
+
+
+# Config fields that are the parameters of a registered function of the same name when it has
+# them: a policy loss that clips reads rl.clip_low / clip_high / clip_ratio_c.
+POLICY_LOSS_FIELDS = ("clip_low", "clip_high", "clip_ratio_c")
+# The composite reward's parameters have fields of their own (older configs set them).
+COMPOSITE_FIELDS = {"alpha": "composite_alpha", "beta": "composite_beta", "r_max": "composite_max"}
 
 
 @dataclass
@@ -200,12 +398,28 @@ class RLConfig:
     boundary: Literal["exact_match", "stop_token"] = setting(
         "exact_match", doc="how a code block's end is detected (CIR Figure 1)"
     )
-    advantage: Literal["grpo", "drgrpo", "reinforce++", "reinforce++-baseline", "rloo"] = setting(
-        "grpo", doc="advantage estimator (tirl.algos.advantages)"
+    advantage: str = setting(
+        "grpo",
+        doc="advantage estimator: a name registered with tirl.algos.advantages.register_advantage",
+        check=_advantage_problem,
+    )
+    advantage_params: dict[str, Any] = setting(
+        factory=dict,
+        doc="extra keyword hyper-parameters of the advantage estimator (an added estimator's"
+        " own; checked against its signature)",
+        check=_param_values_problem,
     )
     gamma: float = setting(1.0, "(0, 1]", "discount of the REINFORCE++ return, over model tokens")
-    reward: Literal["binary", "zero_one", "composite"] = setting(
-        "binary", doc="binary = CIR's +1 / -1; composite = AgentMath's"
+    reward: str = setting(
+        "binary",
+        doc="outcome reward registered in tirl.rewards.reward: binary = CIR's +1 / -1;"
+        " zero_one; composite = AgentMath's",
+        check=_reward_problem,
+    )
+    reward_params: dict[str, Any] = setting(
+        factory=dict,
+        doc="keyword parameters of the reward's class (composite: use the composite_* keys)",
+        check=_param_values_problem,
     )
     # AgentMath's composite reward (tirl.rewards.reward.CompositeReward), used when reward is
     # "composite": R = R_acc + 1[R_acc = 1] * min(max, alpha + beta * N_code).
@@ -216,16 +430,35 @@ class RLConfig:
         0, ">= 0", "DAPO's soft overlong penalty zone, in model tokens; 0 turns it off"
     )
     overlong_penalty: float = setting(1.0, "[0, 100]", "penalty at the hard limit")
+    policy_loss: str = setting(
+        "ppo_clip",
+        doc="policy loss registered with tirl.algos.losses.register_policy_loss; ppo_clip is"
+        " PPO's clipped surrogate with clip-higher and optional dual clip",
+        check=_policy_loss_problem,
+    )
+    policy_loss_params: dict[str, Any] = setting(
+        factory=dict,
+        doc="extra keyword hyper-parameters of the policy loss (an added loss's own; clip_low,"
+        " clip_high, clip_ratio_c have keys of their own)",
+        check=_param_values_problem,
+    )
     clip_low: float = setting(0.2, "[0, 1)", "PPO clip below 1 (ratio >= 1 - clip_low)")
     clip_high: float = setting(0.28, "[0, 100]", "PPO clip above 1; > clip_low is clip-higher")
     clip_ratio_c: float | None = setting(
         None, "(1, 1000]", "dual clip for negative advantages; null turns it off"
     )
-    loss_agg: Literal[
-        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
-    ] = setting("token-mean", doc="how token losses are averaged (tirl.algos.losses)")
+    loss_agg: str = setting(
+        "token-mean",
+        doc="how token losses are averaged: a mode of tirl.algos.losses.agg_loss (token-mean,"
+        " seq-mean-token-mean, ...)",
+        check=_loss_agg_problem,
+    )
     kl_coef: float = setting(0.0, "[0, 100]", "KL penalty to the initial policy; 0 = off (CIR)")
-    kl_estimator: Literal["k1", "k2", "k3"] = setting("k3", doc="KL estimator")
+    kl_estimator: str = setting(
+        "k3",
+        doc="KL estimator of tirl.algos.losses.kl_penalty (k1, k2, k3)",
+        check=_kl_estimator_problem,
+    )
     entropy_coef: float = setting(0.0, "[0, 100]", "entropy bonus; 0 = off (CIR)")
     mask_tool_output: bool = setting(True, doc="interpreter tokens out of the loss (CIR)")
     updates_per_step: int = setting(2, ">= 1", "optimizer steps per rollout batch (minibatches)")
@@ -293,6 +526,57 @@ class RLConfig:
             raise ConfigError(
                 f"rl.budget_schedule must start at fraction 0 and increase, got {fractions}"
             )
+        self._check_algorithm_params()
+
+    def _check_algorithm_params(self) -> None:
+        """Each *_params name must be a keyword of the function or class it goes to. Only a
+        non-empty dict imports its registry (torch, for the algos ones)."""
+        if self.advantage_params:
+            from tirl.algos.advantages import ADVANTAGE_ARGS, ADVANTAGE_ESTIMATORS
+
+            what = f"advantage estimator {self.advantage!r}"
+            fn = ADVANTAGE_ESTIMATORS[self.advantage]
+            _check_params("rl.advantage_params", self.advantage_params, fn, what, ADVANTAGE_ARGS)
+        if self.policy_loss_params:
+            from tirl.algos.losses import POLICY_LOSS_ARGS, POLICY_LOSSES
+
+            dedicated = {name: f"rl.{name}" for name in POLICY_LOSS_FIELDS}
+            what = f"policy loss {self.policy_loss!r}"
+            fn = POLICY_LOSSES[self.policy_loss]
+            params = self.policy_loss_params
+            _check_params("rl.policy_loss_params", params, fn, what, POLICY_LOSS_ARGS, dedicated)
+        if self.reward_params:
+            from tirl.rewards.reward import REWARDS
+
+            dedicated = {}
+            if self.reward == "composite":
+                dedicated = {name: f"rl.{field}" for name, field in COMPOSITE_FIELDS.items()}
+            what = f"reward {self.reward!r}"
+            cls = REWARDS[self.reward]
+            _check_params("rl.reward_params", self.reward_params, cls, what, (), dedicated)
+
+    # The keyword arguments each registered function is called with: its dedicated fields (the
+    # built-ins' parameters, as before the registries) and then the *_params pass-through.
+    def advantage_kwargs(self) -> dict[str, Any]:
+        """Keywords for `token_advantages` besides gamma: the estimator's own parameters."""
+        return dict(self.advantage_params)
+
+    def policy_loss_kwargs(self) -> dict[str, Any]:
+        """Keywords for the policy loss: rl.clip_low / clip_high / clip_ratio_c where the loss
+        takes parameters of those names, then rl.policy_loss_params."""
+        from tirl.algos.losses import POLICY_LOSSES
+
+        names, _ = keyword_params(POLICY_LOSSES[self.policy_loss])
+        shared = {name: getattr(self, name) for name in POLICY_LOSS_FIELDS if name in names}
+        return {**shared, **self.policy_loss_params}
+
+    def reward_kwargs(self) -> dict[str, Any]:
+        """Keywords for the reward's class: the composite_* fields for composite, then
+        rl.reward_params."""
+        shared = {}
+        if self.reward == "composite":
+            shared = {name: getattr(self, field) for name, field in COMPOSITE_FIELDS.items()}
+        return {**shared, **self.reward_params}
 
 
 @dataclass
@@ -305,6 +589,12 @@ class EvalConfig:
     max_model_tokens: int = setting(64, ">= 1", "model tokens per trajectory")
     tool_budget: int = setting(4, ">= 0", "tool calls per trajectory")
     saved_samples: int = setting(8, ">= 0", "trajectories kept per evaluation for the report")
+    every_rl_steps: int = setting(
+        0,
+        ">= 0",
+        "also evaluate every data.eval set (greedy pass) every this many RL steps, logged as"
+        " eval/<name>/... in metrics.jsonl (phase rl_eval); 0 = only after SFT and after RL",
+    )
     max_failed_share: float = setting(
         0.01,
         "[0, 1]",
@@ -316,7 +606,8 @@ class EvalConfig:
 
 @dataclass
 class RunConfig:
-    """A quickstart run: code-integrated and text-only variants, SFT -> RL -> evaluation."""
+    """A training run: code-integrated and/or text-only variants, each demonstrations -> SFT ->
+    evaluation -> RL -> evaluation (`tirl.train.pipeline`)."""
 
     name: str = setting(
         "quickstart", doc="run folder name, inside out_dir (a plain name)", check=run_name_problem
@@ -328,8 +619,16 @@ class RunConfig:
     )
     device: str = setting("cpu", doc="torch device: cpu, cuda, cuda:N, mps", check=_device_problem)
     threads: int = setting(0, "[0, 4096]", "torch intra-op threads; 0 leaves torch's default")
-    rollout_batch: int = setting(128, ">= 1", "sequences decoded together")
-    task: TaskConfig = setting(factory=TaskConfig, doc="the task family")
+    rollout_batch: int = setting(128, ">= 1", "sequences decoded together (hf engine)")
+    protocol: str = setting(
+        "cir_fences",
+        doc="how code is written and tool output shown (tirl.protocol): cir_fences (markdown"
+        " fences) or agentmath_tags (<code>/<interpreter>); SFT, RL and eval all use it",
+        check=_protocol_problem,
+    )
+    data: DataConfig = setting(factory=DataConfig, doc="task sources for training and eval")
+    prompt: PromptConfig = setting(factory=PromptConfig, doc="how problems become prompts")
+    rollout: RolloutConfig = setting(factory=RolloutConfig, doc="the sampling engine")
     model: ModelConfig = setting(factory=ModelConfig, doc="the policy")
     sandbox: SandboxConfig = setting(factory=SandboxConfig, doc="the Python sandbox")
     sft: SFTConfig = setting(factory=SFTConfig, doc="supervised fine-tuning")
@@ -345,6 +644,12 @@ class RunConfig:
             raise ConfigError(f"variants must not repeat a variant, got {self.variants}")
         if self.rl.bf16 and not self.device.startswith("cuda"):
             raise ConfigError(f"rl.bf16 needs a GPU (device: cuda), got device {self.device!r}")
+        if self.model.dtype == "float16" and not self.device.startswith("cuda"):
+            raise ConfigError(
+                f"model.dtype float16 needs a GPU (device: cuda), got device {self.device!r};"
+                " use float32 or bfloat16",
+                "model.dtype",
+            )
         longest = max(self.rl.max_model_tokens, self.eval.max_model_tokens)
         longest = max([longest, *(s.max_model_tokens for s in self.rl.stages)])
         if self.model.name_or_path is None and self.model.max_positions <= longest:
@@ -352,3 +657,69 @@ class RunConfig:
                 f"model.max_positions ({self.model.max_positions}) must exceed the longest"
                 f" model-token limit ({longest}): the prompt and tool output need room too"
             )
+        if self.prompt.chat and not self.model.name_or_path:
+            raise ConfigError(
+                "prompt.chat: true needs a model whose tokenizer has a chat template"
+                " (model.name_or_path); the tiny model made from scratch has none",
+                "prompt.chat",
+            )
+        self.check_engine()
+        self.check_data()
+
+    def check_engine(self) -> None:
+        """An engine that cannot receive the trained weights serves evaluation only: training
+        with it would sample from stale weights, so such a run fails here, at load."""
+        from tirl.train.engines import receives_weights
+
+        engine = self.rollout.engine
+        if not receives_weights(engine) and (self.rl.steps > 0 or self.sft.steps > 0):
+            raise ConfigError(
+                f"rollout.engine {engine} cannot receive the trained weights, so training would"
+                f" sample from stale ones; set rl.steps: 0 and sft.steps: 0 to evaluate"
+                f" model.name_or_path only, or use rollout.engine: hf",
+                "rollout.engine",
+            )
+        if engine == "openai" and not self.rollout.urls:
+            raise ConfigError(
+                "rollout.urls must list a server URL for engine openai", "rollout.urls"
+            )
+        if engine != "hf" and not self.model.name_or_path:
+            raise ConfigError(
+                f"rollout.engine {engine} needs model.name_or_path (its tokenizer, and for vllm"
+                " its weights)",
+                "model.name_or_path",
+            )
+
+    def check_data(self) -> None:
+        """Build every task source now (an unknown source, a bad key, a weight <= 0 or a file
+        that cannot be read is a one-line error naming its key), and check that SFT has
+        demonstrations."""
+        from tirl.tasks import Mixture, make_source
+
+        mixture = Mixture.from_entries(self.data.train, "data.train", self.seed)
+        for i, entry in enumerate(self.data.eval):
+            source = {k: v for k, v in entry.items() if k not in EVAL_ENTRY_KEYS}
+            if source:
+                make_source(source, f"data.eval[{i}]", self.seed)
+        if self.sft.steps == 0:
+            return
+        wanted = set()  # use_tools values of the built-in demonstrations SFT will ask for
+        if self.sft.data is not None and "code" in self.variants:
+            from tirl.protocol import get_protocol
+            from tirl.tasks.sft_file import read_sft_records
+
+            read_sft_records(self.sft.data, get_protocol(self.protocol, self.rl.boundary))
+        elif "code" in self.variants:
+            wanted |= {True} if self.sft.code_share > 0 else set()
+            wanted |= {False} if self.sft.code_share < 1 else set()
+        if "text" in self.variants:
+            wanted.add(False)
+        for i, (entry, source) in enumerate(zip(self.data.train, mixture.sources)):
+            task = source.item("train", 0)
+            if any(source.demonstration(task, use_tools) is None for use_tools in wanted):
+                fix = "variants: [code]" if self.sft.data else "sft.data to a tirl synth file"
+                raise ConfigError(
+                    f"data.train[{i}] ({entry.get('source')}) has no built-in demonstrations:"
+                    f" set {fix} or sft.steps: 0",
+                    f"data.train[{i}]",
+                )

@@ -5,8 +5,10 @@ One step:
    tool budget and model-token limit of the budget schedule (CIR §3.1, 2 -> 3 -> 4) or of the
    current expansion stage (AgentMath §3.3). Each trajectory is seeded by its task index and
    sample number, so what is sampled does not depend on scheduling or on the number of ranks.
-2. Score each trajectory once, as it finishes (CIR: +1 / -1; AgentMath: composite), minus
-   DAPO's overlong penalty if on; the reward is kept in `meta["reward"]`.
+2. Score each trajectory once, as it finishes, by its own task (`Task.score` on the model's
+   text, `tirl.tasks.scoring`), and reward it (`rl.reward`: CIR's +1 / -1, AgentMath's
+   composite, or `task`: the scorer's reward in [0, 1], RACES's partial credit), minus DAPO's
+   overlong penalty if on; the reward is kept in `meta["reward"]`.
 3. Build the batch (the rule below). Adaptive batches (AgentMath §3.2) drop groups whose
    rewards are all equal (no group-relative signal) and refill from fresh tasks.
 4. Token advantages (`tirl.algos`: GRPO, Dr.GRPO, REINFORCE++ with the return carried
@@ -62,35 +64,33 @@ import copy
 import dataclasses
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from tirl.algos.advantages import token_advantages
 from tirl.algos.overlong import overlong_penalty
 from tirl.config import ConfigError
-from tirl.envs.arithmetic import ArithmeticItem
-from tirl.eval.evaluate import score
-from tirl.protocol import get_protocol
+from tirl.protocol import Protocol, get_protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rewards.reward import make_reward
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 from tirl.rollout.partial import PartialRolloutPool
 from tirl.rollout.runner import Rollout, RolloutSettings
-from tirl.synth.arithmetic import prompt_for
+from tirl.tasks.base import Task
+from tirl.tasks.prompts import PLAIN_TEMPLATE
+from tirl.tasks.scoring import score_trajectory
 from tirl.train.batch import collate
 from tirl.train.config import RLConfig
 from tirl.train.curriculum import budget_at
 from tirl.train.distributed import DistContext, gather_in_order, grad_norm_value, sum_over_ranks
 from tirl.train.metrics import MetricsLogger
-from tirl.train.update import Shard, batch_logprobs, minibatch_loss_backward
+from tirl.train.update import Shard, batch_advantages, batch_logprobs, minibatch_loss_backward
 
 FAILED = ("error", "cancelled")  # finish reasons of trajectories left out of training
-TaskSource = Callable[
-    [int], ArithmeticItem
-]  # the i-th training task; positions make runs resumable
+TaskAt = Callable[[int], Task]  # the i-th training task; positions make runs resumable
+PromptOf = Callable[[Task], Sequence[int] | str]  # a task's prompt: token ids (or plain text)
 
 
 @dataclasses.dataclass
@@ -99,6 +99,25 @@ class TrainerState:
     next_task: int = 0  # position in the task stream
     stage: int = 0  # expansion stage (AgentMath), when `rl.stages` is set
     updates: int = 0  # steps that updated the policy (a step short of a full batch does not)
+
+
+def plain_prompt(task: Task) -> str:
+    """The plain prompt text of `task` (no chat template), as `PromptRenderer` writes it."""
+    return PLAIN_TEMPLATE.format(problem=task.problem)
+
+
+def _prompt(prompt: Sequence[int] | str) -> list[int] | str:
+    return prompt if isinstance(prompt, str) else list(prompt)
+
+
+def configured_reward(cfg: RLConfig) -> Callable[[Trajectory], float]:
+    """The reward `rl.reward` names (`tirl.rewards.reward`), as a function of a scored
+    trajectory: its correctness, its tool statistics and its task's own reward in [0, 1]
+    (`task` pays that: partial credit where the task gives it)."""
+    reward = make_reward(cfg.reward, **cfg.reward_kwargs())
+    return lambda t: reward(
+        bool(t.meta["correct"]), tool_stats(t), task_reward=t.meta.get("task_reward")
+    )
 
 
 def trajectory_seed(seed: int, task_index: int, sample: int) -> int:
@@ -135,11 +154,13 @@ class RLTrainer:
         self,
         model: torch.nn.Module,
         rollout: Rollout,
-        task_at: TaskSource,
+        task_at: TaskAt,
         cfg: RLConfig,
         *,
         pad_id: int,
         use_tools: bool,
+        prompt_of: PromptOf | None = None,
+        protocol: Protocol | str = "cir_fences",
         max_output_chars: int = RolloutSettings.max_output_chars,
         logger: MetricsLogger | None = None,
         variant: str = "",
@@ -147,13 +168,17 @@ class RLTrainer:
         dist: DistContext | None = None,
         reward_fn: Callable[[Trajectory], float] | None = None,
     ) -> None:
-        """`task_at(i)` is the i-th training task. `reward_fn(trajectory)` replaces the
-        configured reward (`rl.reward`) for custom tasks; it is called once per trajectory,
-        when it finishes (failed ones excluded), and trajectories carry `meta["task"]` (the
-        task's index), `meta["seed"]`, `meta["correct"]` and their real `finish_reason`."""
+        """`task_at(i)` is the i-th training task, asked as `prompt_of(task)` (its prompt ids
+        from `tirl.tasks.prompts.PromptRenderer`; default: the plain prompt text), with code
+        written in `protocol` (a name: in `cfg.boundary` mode). `reward_fn(trajectory)`
+        replaces the configured reward (`rl.reward`); it is called once per trajectory, when
+        it finishes (failed ones excluded), and trajectories carry `meta["task"]` (the task's
+        index), `meta["seed"]`, the task's score (`meta["correct"]`, `meta["task_reward"]`,
+        `tirl.tasks.scoring`) and their real `finish_reason`."""
         self.model = model
         self.rollout = rollout
         self.task_at = task_at
+        self.prompt_of = prompt_of or plain_prompt
         self.cfg = cfg
         self.pad_id = pad_id
         self.use_tools = use_tools
@@ -163,14 +188,10 @@ class RLTrainer:
         self.seed = seed
         self.dist = dist
         self.shard = dist.shard if dist is not None else Shard()
-        params = {}
-        if cfg.reward == "composite":
-            params = dict(
-                alpha=cfg.composite_alpha, beta=cfg.composite_beta, r_max=cfg.composite_max
-            )
-        reward = make_reward(cfg.reward, **params)
-        self.reward_fn = reward_fn or (lambda t: reward(bool(t.meta["correct"]), tool_stats(t)))
-        self.protocol = get_protocol("cir_fences", cfg.boundary)
+        self.reward_fn = reward_fn or configured_reward(cfg)
+        if isinstance(protocol, str):
+            protocol = get_protocol(protocol, cfg.boundary)
+        self.protocol = protocol
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
         warmup = max(1, cfg.warmup_steps * cfg.updates_per_step)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -241,7 +262,7 @@ class RLTrainer:
         update then read the same number, even when a group waits for a later step whose
         limit (and so overlong penalty) differs."""
         for traj in trajs:
-            score(traj, self.task_at(traj.meta["task"]))
+            score_trajectory(traj, self.task_at(traj.meta["task"]))
         ok = [t for t in trajs if t.finish_reason not in FAILED]
         if ok:
             for traj, reward in zip(ok, self.rewards_of(ok, max_tokens).tolist()):
@@ -252,7 +273,7 @@ class RLTrainer:
         rank samples every world-th group and all ranks get all groups. With partial
         rollouts, the groups whose last member finished in this step, whenever they began."""
         metas = self.new_metas(n)
-        prompts = [prompt_for(self.task_at(m["task"])) for m in metas]
+        prompts = [_prompt(self.prompt_of(self.task_at(m["task"]))) for m in metas]
         if self.pool is not None:
             return await self.sample_partial(prompts, metas, settings)
         trajs = await self.rollout.run_many(prompts, settings, metas)
@@ -262,10 +283,10 @@ class RLTrainer:
         return gather_in_order(groups, self.dist, n)
 
     async def sample_partial(
-        self, prompts: list[str], metas: list[dict], settings: RolloutSettings
+        self, prompts: list, metas: list[dict], settings: RolloutSettings
     ) -> list[list[Trajectory]]:
         restart, self.restart = self.restart, []
-        prompts += [prompt_for(self.task_at(m["task"])) for m in restart]
+        prompts += [_prompt(self.prompt_of(self.task_at(m["task"]))) for m in restart]
         finished = await self.pool.step(prompts, settings, self.state.step, metas + restart)
         self.score(finished, settings.max_model_tokens)
         for traj in finished:
@@ -407,9 +428,9 @@ class RLTrainer:
         rewards = self.rewards_of(trajs, max_tokens) if rewards is None else rewards
         groups = torch.tensor([t.meta["task"] for t in trajs])
         batch = collate(trajs, self.pad_id, cfg.mask_tool_output).to(self.device)
-        token_adv = token_advantages(
-            cfg.advantage, rewards, groups, batch.loss_mask.cpu(), gamma=cfg.gamma
-        ).to(self.device)  # [B, T-1]
+        token_adv = batch_advantages(cfg, rewards, groups, batch.loss_mask.cpu()).to(
+            self.device
+        )  # [B, T-1]
         # Every rank scores the whole batch here, so the numbers match one process exactly;
         # the backward passes below are what is sharded.
         old_logprobs = batch_logprobs(self.model, batch, cfg.micro_batch_size)

@@ -1,0 +1,565 @@
+"""`tirl train CONFIG`: the one training pipeline, for any task sources, engine and protocol.
+
+For each variant (`code`: the interpreter is on; `text`: a text-only baseline): make the
+demonstrations, SFT, evaluate, RL, evaluate. Then write a report comparing them. `tirl
+quickstart` is this pipeline with the bundled preset `tirl/presets/quickstart.yaml` (arithmetic,
+a tiny model and tokenizer made from scratch, nothing downloaded).
+
+What is read from the config:
+- tasks: `data.train`, a weighted mixture of registered task sources (`tirl.tasks`). SFT's
+  demonstrations are the mixture's first `sft.examples` train items; RL task i is item
+  `sft.examples + i` (prompts SFT never saw). `data.eval` names the evaluation sets.
+- prompts: `prompt.chat` / `prompt.system` (`tirl.tasks.prompts.PromptRenderer`: plain text or
+  the tokenizer's chat template, always as token ids); `protocol` (markdown fences or
+  AgentMath tags) with `rl.boundary`, the same in SFT, RL and evaluation.
+- demonstrations: `sft.data` (a `tirl synth` file, recorded outputs, for the code variant), or
+  each source's teacher-free `demonstration(task, use_tools)`: a `sft.code_share` share of the
+  code variant's use the interpreter (their code run in the sandbox), the rest answer in text.
+- scoring: every trajectory is scored by its own task (`tirl.tasks.scoring`); RL rewards follow
+  `rl.reward` (`task`: the scorer's reward, e.g. RACES's partial credit).
+- engine: `rollout.engine` (`tirl.train.engines`); only `hf` receives the trained weights.
+
+Run folder:
+    config.yaml            the resolved configuration
+    metrics.jsonl          one line per training step (SFT and RL, both variants); RL-time
+                           evaluations (`eval.every_rl_steps`) as phase "rl_eval"
+    eval.json              {variant: {phase: {eval set: metrics}}}
+    <variant>/sft, /rl     checkpoints (save_pretrained: model + tokenizer)
+    <variant>/rl_state     the RL trainer's checkpoint, for --resume
+    samples/<variant>_<phase>_<set>.jsonl   evaluation trajectories
+    report.md, report.html, plots/
+    .tirl.lock             held while a run works in the folder (`tirl.train.run_folder`)
+
+Nothing lost: checkpoints, models, samples and progress files are written whole or not at all
+(`tirl.files`), a phase counts as finished only once its files are complete, and a resume after
+a crash or a full disk redoes the phase that was cut off. Evaluation samples whose engine or
+sandbox failed are left out of every metric; more than `eval.max_failed_share` of them stops the
+run (`FailedSamplesError`) before the evaluation is recorded as done, so `--resume` evaluates
+again.
+
+Evaluation and the report are `tirl.eval`'s; `train` does not import `eval` (DESIGN.md), so the
+caller hands them in as an `Evaluation` (`tirl.cli` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers.utils import logging as hf_logging
+
+from tirl.backends.engine import close_engine
+from tirl.config import ConfigError, dump_yaml, load_config, to_dict
+from tirl.files import check_plain_name, read_jsonl, replacing, write_text
+from tirl.models.tiny import (
+    TinyModelSpec,
+    build_model,
+    is_saved_policy,
+    load_policy,
+    loading,
+    save_policy,
+    set_gradient_checkpointing,
+    train_tokenizer,
+)
+from tirl.protocol import Protocol, get_protocol
+from tirl.protocol.segments import Trajectory
+from tirl.rollout.runner import Rollout, RolloutSettings
+from tirl.sandbox import Sandbox
+from tirl.tasks import Mixture, Task, make_source
+from tirl.tasks.base import Code
+from tirl.tasks.demos import demo_segment_texts, demo_trajectory, run_demo_codes
+from tirl.tasks.prompts import PLAIN_TEMPLATE, PromptRenderer
+from tirl.train.config import EVAL_ENTRY_KEYS, RunConfig
+from tirl.train.distributed import DistContext, broadcast_weights, init_from_env, shard_model
+from tirl.train.engines import make_engine
+from tirl.train.metrics import MetricsLogger
+from tirl.train.rl import RLTrainer
+from tirl.train.run_folder import run_folder
+from tirl.train.sft import train_sft
+
+# The tokenizer's texts: train items far past any run's for sources that make an item at any
+# position at no cost (arithmetic hashes its seed from the index; the quickstart's tokenizer has
+# always been trained on these); other sources generate or read in order, so their first items.
+TOKENIZER_CORPUS_START = 10**7
+FAR_CORPUS_SOURCES = ("arithmetic",)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What the pipeline needs from `tirl.eval`, handed in by the caller (train never imports
+    eval). `evaluate_policy(rollout, tasks, settings, prompt_ids, samples_per_item, temperature,
+    label)` -> (metrics, greedy trajectories); `check_failed_share(failed, total, max_share,
+    where, rerun)` raises when too many samples failed; `write_report(run_dir, eval_results=,
+    metrics_path=, samples=, config=, tokenizer=, title=)`; `summary_table(results)` -> text."""
+
+    evaluate_policy: Callable[..., Awaitable[tuple[dict, list[Trajectory]]]]
+    check_failed_share: Callable[..., None]
+    write_report: Callable[..., Any]
+    summary_table: Callable[[dict], str]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def run_protocol(cfg: RunConfig) -> Protocol:
+    """The protocol SFT, RL and evaluation all write and read code in."""
+    return get_protocol(cfg.protocol, cfg.rl.boundary)
+
+
+def make_tokenizer(cfg: RunConfig, mixture: Mixture, protocol: Protocol):
+    """Train the BPE tokenizer on prompts and both demonstration styles of train items (see
+    `TOKENIZER_CORPUS_START`), each source by its weight. A source without a demonstrator gives
+    its prompt and reference answer."""
+    n = cfg.model.tokenizer_corpus_items
+    texts = []
+    for source, weight in zip(mixture.sources, mixture.weights):
+        start = TOKENIZER_CORPUS_START if source.name in FAR_CORPUS_SOURCES else 0
+        for j in range(max(1, round(n * weight))):
+            task = source.item("train", start + j)
+            prompt = PLAIN_TEMPLATE.format(problem=task.problem)
+            for use_tools in (True, False):
+                parts = source.demonstration(task, use_tools)
+                if parts is None:
+                    texts.append(prompt + task.answer)
+                    break
+                outputs = [task.answer for p in parts if isinstance(p, Code)]
+                texts.append(
+                    prompt + "".join(t for _, t in demo_segment_texts(protocol, parts, outputs))
+                )
+    return train_tokenizer(texts, vocab_size=cfg.model.vocab_size)
+
+
+def drop_records(logger: MetricsLogger, variant: str, phase: str, from_step: int = 0) -> None:
+    """Remove `metrics.jsonl` records of a phase that is about to be run again from
+    `from_step`, so a resumed run logs every step exactly once."""
+
+    def keep(r: dict) -> bool:
+        same = r.get("variant") == variant and r.get("phase") == phase
+        return not (same and r.get("step", 0) >= from_step)
+
+    logger.keep_only(keep)
+
+
+def eval_sets(cfg: RunConfig, mixture: Mixture) -> dict[str, list[Task]]:
+    """The tasks of every `data.eval` set, by name: the train mixture's held-out `test` split,
+    or the `test` split of the entry's own source; a finite split is not repeated."""
+    sets = {}
+    for i, entry in enumerate(cfg.data.eval):
+        params = {k: v for k, v in entry.items() if k not in EVAL_ENTRY_KEYS}
+        items = int(entry.get("items", 200))
+        if params:
+            source = make_source(params, f"data.eval[{i}]", cfg.seed)
+            size = source.size("test")
+            n = items if size is None else min(items, size)
+            tasks = [source.item("test", j) for j in range(n)]
+        else:
+            tasks = mixture.items("test", items)
+        unique = {t.id: t for t in tasks}  # a finite source cycles: keep each item once
+        sets[entry["name"]] = list(unique.values())
+    return sets
+
+
+class Pipeline:
+    """The pipeline, phase by phase. With `resume`, finished phases are loaded from the run
+    folder instead of being run again (a finished SFT or RL checkpoint, a finished
+    evaluation), and an interrupted RL phase continues from its last checkpoint
+    (`<variant>/rl_state`, every `rl.checkpoint_every` steps). An interrupted SFT starts over.
+    """
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        evaluation: Evaluation,
+        resume: bool = False,
+        dist: DistContext | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.evaluation = evaluation
+        self.resume = resume
+        self.dist = dist
+        self.is_main = dist is None or dist.is_main  # the one process that writes files
+        self.mixture = Mixture.from_entries(cfg.data.train, "data.train", cfg.seed)
+        self.eval_tasks = eval_sets(cfg, self.mixture)
+        self.logger = MetricsLogger(
+            run_dir / "metrics.jsonl" if self.is_main else Path(os.devnull),
+            cfg.log_tensorboard and self.is_main,
+            cfg.log_wandb and self.is_main,
+            run_name=cfg.name,
+        )
+        self.results: dict[str, dict] = {}
+        self.samples: list[Trajectory] = []
+        self.tokenizer = None  # set by prepare()
+        self.renderer: PromptRenderer | None = None
+
+    # ------------------------------------------------------------------ setup
+    @property
+    def trains_here(self) -> bool:
+        """True when the policy lives in this process (engine hf); else evaluation only."""
+        return self.cfg.rollout.engine == "hf"
+
+    def prepare(self, tokenizer=None) -> None:
+        """The tokenizer (loaded, a saved run's on resume, or trained on the task corpus) and
+        the prompt renderer."""
+        cfg = self.cfg
+        if tokenizer is None:
+            saved = [self.run_dir / v / "sft" for v in cfg.variants]
+            saved = [path for path in saved if is_saved_policy(path)]
+            if cfg.model.name_or_path:
+                from transformers import AutoTokenizer
+
+                tokenizer = loading(cfg.model.name_or_path, AutoTokenizer.from_pretrained)
+                if tokenizer.pad_token_id is None:
+                    tokenizer.pad_token = tokenizer.eos_token
+            elif self.resume and saved:
+                _, tokenizer = load_policy(saved[0])  # the ids of the saved models
+            else:
+                tokenizer = make_tokenizer(cfg, self.mixture, run_protocol(cfg))
+        self.tokenizer = tokenizer  # the report shows token boundaries with it
+        self.renderer = PromptRenderer(
+            tokenizer, run_protocol(cfg), system=cfg.prompt.system, chat=cfg.prompt.chat
+        )
+
+    async def run(self) -> dict:
+        cfg = self.cfg
+        self.prepare()
+        async with Sandbox(cfg.sandbox.limits(), preload=tuple(cfg.sandbox.preload)) as sandbox:
+            for variant in cfg.variants:
+                await self.run_variant(variant, sandbox)
+        self.logger.close()
+        return self.results
+
+    async def run_variant(self, variant: str, sandbox: Sandbox) -> None:
+        use_tools = variant == "code"
+        seed_everything(self.cfg.seed)
+        model = self.make_model() if self.trains_here else None
+        self.results[variant] = {}
+        await self.sft(variant, model, sandbox, use_tools)
+        if self.cfg.rl.steps > 0:
+            await self.rl(variant, model, sandbox, use_tools, self.cfg)
+
+    def make_model(self):
+        """The policy: loaded from `model.name_or_path` or a tiny one from scratch, its weights
+        in `model.dtype`, with gradient checkpointing when asked for."""
+        cfg = self.cfg
+        if cfg.model.name_or_path:
+            model, _ = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype)
+        else:
+            spec = TinyModelSpec(
+                cfg.model.arch,
+                cfg.model.hidden_size,
+                cfg.model.layers,
+                cfg.model.heads,
+                cfg.model.max_positions,
+            )
+            model = build_model(self.tokenizer, spec, cfg.seed, dtype=cfg.model.dtype)
+        set_gradient_checkpointing(model, cfg.model.gradient_checkpointing)
+        return model.to(cfg.device).eval()
+
+    def prompt_ids(self, task: Task) -> list[int]:
+        return self.renderer.prompt_ids(task.problem)
+
+    def rollout_for(self, model, sandbox: Sandbox, use_tools: bool) -> Rollout:
+        engine = make_engine(self.cfg, model, self.renderer.eos_id, self.tokenizer)
+        return Rollout(engine, self.tokenizer, sandbox if use_tools else None)
+
+    # ------------------------------------------------------------------ phases
+    async def sft(self, variant: str, model, sandbox: Sandbox, use_tools: bool) -> None:
+        """Demonstrations, SFT, checkpoint `<variant>/sft`, evaluation."""
+        cfg = self.cfg
+        if model is not None and not self.load_finished(model, self.run_dir / variant / "sft"):
+            await self.train_sft(variant, model, sandbox, use_tools)
+        if self.is_main:
+            rollout = self.rollout_for(model, sandbox, use_tools)
+            try:
+                await self.evaluate(variant, "sft", rollout, use_tools, cfg)
+            finally:
+                await close_engine(rollout.engine)
+
+    def load_finished(self, model, folder: Path) -> bool:
+        """On resume, load the weights of a finished phase; False if it must run."""
+        if not (self.resume and is_saved_policy(folder)):
+            return False
+        model.load_state_dict(load_policy(folder)[0].state_dict())
+        return True
+
+    async def train_sft(self, variant: str, model, sandbox: Sandbox, use_tools: bool) -> None:
+        cfg = self.cfg
+        if self.is_main:
+            drop_records(self.logger, variant, "sft")
+        if cfg.sft.steps > 0:
+            demos = await self.demonstrations(use_tools, sandbox)
+            train_sft(
+                model,
+                demos,
+                cfg.sft,
+                pad_id=self.tokenizer.pad_token_id,
+                seed=cfg.seed,
+                logger=self.logger,
+                variant=variant,
+            )
+        if self.is_main:
+            save_policy(model, self.tokenizer, self.run_dir / variant / "sft")
+
+    async def rl(self, variant: str, model, sandbox: Sandbox, use_tools: bool, cfg: RunConfig):
+        """RL with `cfg` (the run's, or an ablation's), checkpoint `<variant>/rl`, evaluation.
+
+        Under torchrun, `model` stays a full copy that samples (the weight sync refreshes it)
+        and a copy sharded with FSDP is trained, on every rank from rank 0's weights.
+        """
+        trained = model
+        if self.dist is not None:
+            broadcast_weights(model)
+            trained = shard_model(copy.deepcopy(model))
+        rollout = self.rollout_for(model, sandbox, use_tools)
+        first = cfg.sft.examples
+
+        def rl_task(i: int) -> Task:  # prompts SFT never saw
+            return self.mixture.item("train", first + i)
+
+        trainer = RLTrainer(
+            trained,
+            rollout,
+            rl_task,
+            cfg.rl,
+            pad_id=self.tokenizer.pad_token_id,
+            use_tools=use_tools,
+            prompt_of=self.prompt_ids,
+            protocol=run_protocol(cfg),
+            max_output_chars=cfg.sandbox.max_output_chars,
+            logger=self.logger,
+            variant=variant,
+            seed=cfg.seed,
+            dist=self.dist,
+        )
+        state_dir = self.run_dir / variant / "rl_state"
+        try:
+            if not self.load_finished(model, self.run_dir / variant / "rl"):
+                if self.resume and (state_dir / "trainer.pt").exists():
+                    trainer.load_checkpoint(state_dir)
+                if self.is_main:
+                    drop_records(self.logger, variant, "rl", trainer.state.step)
+                    drop_records(self.logger, variant, "rl_eval", trainer.state.step + 1)
+                await self.train_rl(variant, trainer, rollout, use_tools, cfg, state_dir)
+                if self.is_main:
+                    save_policy(model, self.tokenizer, self.run_dir / variant / "rl")
+            if self.is_main:
+                await self.evaluate(variant, "rl", rollout, use_tools, cfg)
+        finally:
+            await close_engine(rollout.engine)
+
+    async def train_rl(self, variant, trainer, rollout, use_tools, cfg, state_dir) -> None:
+        """All RL steps; every `eval.every_rl_steps` a greedy pass over each eval set, logged
+        as `eval/<set>/...` with phase "rl_eval" at the step count reached."""
+        every = cfg.eval.every_rl_steps
+        steps = cfg.rl.steps
+        while trainer.state.step < steps:
+            until = steps if not every else min(steps, (trainer.state.step // every + 1) * every)
+            await trainer.train(until=until, checkpoint_dir=state_dir)
+            if every and trainer.state.step < steps and self.is_main:
+                await self.evaluate_during_rl(variant, trainer.state.step, rollout, use_tools)
+
+    async def evaluate_during_rl(self, variant, step, rollout, use_tools) -> None:
+        record: dict = {"variant": variant, "phase": "rl_eval", "step": step}
+        for name, tasks in self.eval_tasks.items():
+            metrics, _ = await self.evaluation.evaluate_policy(
+                rollout, tasks, self.eval_settings(use_tools, self.cfg), self.prompt_ids, 0,
+                label=f"{variant} eval {name} (rl step {step})",
+            )  # fmt: skip
+            record.update({f"eval/{name}/{k[len('eval/'):]}": v for k, v in metrics.items()
+                           if k.startswith("eval/")})  # fmt: skip
+        self.logger.log(record)
+
+    # ------------------------------------------------------------------ demonstrations
+    async def demonstrations(self, use_tools: bool, sandbox: Sandbox) -> list[Trajectory]:
+        """SFT data: the `sft.data` file for the code variant, else the sources' own
+        demonstrations: for the code variant a `sft.code_share` share with the interpreter
+        (their code run in the sandbox) and text answers for the rest."""
+        cfg = self.cfg
+        if use_tools and cfg.sft.data is not None:
+            return self.file_demonstrations(cfg.sft.data)
+        n = cfg.sft.examples
+        tasks = self.mixture.items("train", n)
+        if use_tools:
+            pick = random.Random(cfg.seed)
+            with_code = [pick.random() < cfg.sft.code_share for _ in tasks]
+        else:
+            with_code = [False] * n
+        parts_list = []
+        for i, (task, code) in enumerate(zip(tasks, with_code)):
+            parts = self.mixture.source_of(i).demonstration(task, code)
+            if parts is None:  # checked at load; a source may still refuse one item
+                raise ConfigError(
+                    f"data.train: source {task.source!r} has no demonstration for {task.id}:"
+                    " set sft.data to a tirl synth file or sft.steps: 0"
+                )
+            parts_list.append(parts)
+        outputs = await run_demo_codes(
+            sandbox, parts_list, cfg.sandbox.max_output_chars, names=[t.id for t in tasks]
+        )
+        return [
+            demo_trajectory(self.renderer, t.problem, parts, out, {"question": t.problem})
+            for t, parts, out in zip(tasks, parts_list, outputs)
+        ]
+
+    def file_demonstrations(self, path: str) -> list[Trajectory]:
+        """The first `sft.examples` demonstrations of a `tirl synth` file, with their recorded
+        interpreter outputs, in the run's protocol and prompt style."""
+        from tirl.tasks.sft_file import read_sft_file
+
+        demos = read_sft_file(path, run_protocol(self.cfg))[: self.cfg.sft.examples]
+        if not demos:
+            raise ConfigError(f"sft.data {path}: holds no demonstrations", "sft.data")
+        return [
+            demo_trajectory(self.renderer, problem, parts, None, {"question": problem})
+            for problem, parts in demos
+        ]
+
+    # ------------------------------------------------------------------ evaluation
+    def eval_settings(self, use_tools: bool, cfg: RunConfig) -> RolloutSettings:
+        return RolloutSettings(
+            max_model_tokens=cfg.eval.max_model_tokens,
+            tool_budget=cfg.eval.tool_budget,
+            temperature=0.0,
+            use_tools=use_tools,
+            max_output_chars=cfg.sandbox.max_output_chars,
+            protocol=run_protocol(cfg),  # as the policy was trained
+        )
+
+    async def evaluate(
+        self, variant: str, phase: str, rollout: Rollout, use_tools: bool, cfg: RunConfig
+    ) -> None:
+        """Every eval set after `phase`: greedy, then avg@k. A set already evaluated is read
+        back on resume."""
+        progress = self.run_dir / "eval_progress.json"
+        done = json.loads(progress.read_text()) if progress.exists() else {}
+        for name, tasks in self.eval_tasks.items():
+            samples_path = self.run_dir / "samples" / f"{variant}_{phase}_{name}.jsonl"
+            finished = done.get(variant, {}).get(phase, {})
+            if self.resume and name in finished and samples_path.exists():
+                metrics = finished[name]
+                trajs = [Trajectory.from_dict(d) for d in read_jsonl(samples_path)]
+            else:
+                label = f"{variant} eval {name} ({phase})"
+                metrics, trajs = await self.evaluation.evaluate_policy(
+                    rollout,
+                    tasks,
+                    self.eval_settings(use_tools, cfg),
+                    self.prompt_ids,
+                    cfg.eval.samples_per_item,
+                    cfg.eval.temperature,
+                    label,
+                )
+                for traj in trajs:
+                    traj.meta.update(variant=variant, phase=phase, eval_set=name)
+                write_text(samples_path, "".join(json.dumps(t.to_dict()) + "\n" for t in trajs))
+                # Too many failed samples: stop before the evaluation is recorded as done.
+                self.evaluation.check_failed_share(
+                    metrics["eval/failed"],
+                    metrics["eval/samples"],
+                    cfg.eval.max_failed_share,
+                    label,
+                    "rerun with --resume to evaluate again",
+                )
+                done.setdefault(variant, {}).setdefault(phase, {})[name] = metrics
+                write_text(progress, json.dumps(done, indent=2))
+            self.results.setdefault(variant, {}).setdefault(phase, {})[name] = metrics
+            self.samples.extend(trajs[: self.cfg.eval.saved_samples])
+
+
+# ---------------------------------------------------------------------- running a config
+
+
+def check_same_config(cfg: RunConfig, run_dir: Path) -> None:
+    """A run folder is resumed only with the config that made it."""
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.is_file():
+        raise ConfigError(f"cannot resume {run_dir}: it has no config.yaml (no run started there)")
+    saved = load_config(RunConfig, saved_path)
+    diffs = [
+        key for key, value in _flat(to_dict(cfg)).items() if _flat(to_dict(saved)).get(key) != value
+    ]
+    if diffs:
+        raise ConfigError(
+            f"cannot resume {run_dir}: its config.yaml differs in {', '.join(diffs)}; resume with"
+            f" the same config (or start a new run under another name)"
+        )
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def quiet_transformers(cfg: RunConfig) -> None:
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+
+
+def run_training(
+    cfg: RunConfig, evaluation: Evaluation, overwrite: bool = True, resume: bool = False
+) -> tuple[Path, dict]:
+    """Run everything and write the report; returns the run folder and the eval results.
+    With `resume`, continue the run in the run folder (see `Pipeline`). A fresh run clears
+    only what an earlier run wrote in the folder (`tirl.train.run_folder`); with `overwrite`
+    False it refuses a folder that holds a run instead. The folder is locked while the run
+    works in it: a second run or resume on it is refused (ConfigError) naming this one."""
+    quiet_transformers(cfg)
+    check_plain_name(cfg.name, "name")
+    run_dir = Path(cfg.out_dir) / cfg.name
+    if resume:
+        check_same_config(cfg, run_dir)  # before the lock: nothing is written for a bad resume
+    elif not overwrite and (run_dir / "config.yaml").exists():
+        raise ConfigError(f"{run_dir} holds a run: pass --resume, or choose another name")
+    with run_folder(cfg.out_dir, cfg.name, resume=resume) as run_dir:
+        if resume:
+            check_same_config(cfg, run_dir)  # again, now that no other run can change it
+        return _run_in(cfg, run_dir, evaluation, resume)
+
+
+def _run_in(
+    cfg: RunConfig, run_dir: Path, evaluation: Evaluation, resume: bool
+) -> tuple[Path, dict]:
+    dist = init_from_env(cfg.device)  # under torchrun: RL is sharded, rank 0 writes files
+    if dist is None or dist.is_main:
+        with replacing(run_dir / "config.yaml") as tmp:
+            dump_yaml(cfg, tmp)
+    start = time.perf_counter()
+    pipeline = Pipeline(cfg, run_dir, evaluation, resume=resume, dist=dist)
+    results = asyncio.run(pipeline.run())  # {variant: {phase: {eval set: metrics}}}
+    wall_s = time.perf_counter() - start
+    if dist is not None:
+        torch.distributed.destroy_process_group()
+        if not dist.is_main:
+            return run_dir, {"wall_s": wall_s}
+    write_text(run_dir / "eval.json", json.dumps({**results, "wall_s": wall_s}, indent=2))
+    evaluation.write_report(
+        run_dir,
+        eval_results=results,
+        metrics_path=run_dir / "metrics.jsonl",
+        samples=pipeline.samples,
+        config=to_dict(cfg),
+        tokenizer=pipeline.tokenizer,
+        title=f"tirl train: {cfg.name}",
+    )
+    print(evaluation.summary_table(results))
+    return run_dir, {**results, "wall_s": wall_s}
