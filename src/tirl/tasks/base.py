@@ -2,8 +2,9 @@
 
 A `Task` is one problem: an id, its split, the problem text the user turn shows (the prompt is
 built from it by `tirl.tasks.prompts`, plainly or through a chat template), a reference answer
-for reports, and a scorer. The scorer sees the model's own text only (DESIGN.md invariant 3:
-the caller joins the model segments and leaves interpreter output out) and returns a `Score`:
+for reports, and a scorer. The scorer sees the model's own prose only (DESIGN.md invariant 3;
+`tirl.tasks.scoring` hands it `tirl.rewards.answer.prose_text`: no interpreter output, and not
+the inside of the model's own code blocks) and returns a `Score`:
 the task's reward in [0, 1] (1 iff correct for exact-answer tasks; RACES's SEQUENTIAL and
 PARALLEL give partial credit), whether it is correct, and why.
 
@@ -34,7 +35,7 @@ class Score:
     predicted: str | None = None
 
 
-Scorer = Callable[[str], Score]  # model text (no interpreter output) -> Score
+Scorer = Callable[[str], Score]  # the model's prose (see the module doc) -> Score
 
 
 @dataclass(frozen=True)
