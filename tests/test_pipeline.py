@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import tirl_serve
@@ -197,3 +198,39 @@ def test_an_evaluation_only_run_samples_from_an_openai_compatible_server(
     metrics = results["code"]["sft"]["heldout"]
     assert metrics["eval/samples"] == 2 and metrics["eval/failed"] == 0
     assert not (tmp_path / "served" / "code" / "sft").exists()  # nothing was trained or saved
+
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+
+def test_sft_from_a_synth_races_file_then_rl_in_one_config(tmp_path, capsys):
+    """`tirl synth races` writes teacher-free trajectories; `recipes/synth_races.yaml` (shrunk)
+    fine-tunes on them, trains RL on the races source with the operators' rewards and evaluates
+    on the held-out RACES split. The same file under the other protocol is refused at load."""
+    synth = tmp_path / "synth"
+    assert main(["synth", "races", "--out", str(synth), "-n", "6", "--sizes", "1-2"]) == 0
+    demos = synth / "trajectories.jsonl"
+    n_demos = sum(1 for _ in demos.open())
+    assert n_demos >= 3
+    recipe = str(RECIPES / "synth_races.yaml")
+    small = [f"out_dir={tmp_path}", f"sft.data={demos}", "sft.steps=3", "sft.batch_size=4"]
+    small += ["rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.max_model_tokens=16"]
+    small += ["data.eval=[{name: races_heldout, items: 2}]", "eval.max_model_tokens=16"]
+    small += ["model.hidden_size=32", "model.layers=1", "model.heads=2"]
+    small += ["model.vocab_size=300", "model.tokenizer_corpus_items=4"]
+    assert main(["train", recipe, *small]) == 0, capsys.readouterr().err[-2000:]
+    run = tmp_path / "synth_races"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert [r["step"] for r in records if r["phase"] == "sft"] == [0, 1, 2]
+    assert [r["step"] for r in records if r["phase"] == "rl"] == [0]
+    results = json.loads((run / "eval.json").read_text())
+    assert set(results["code"]) == {"sft", "rl"}
+    samples = [
+        json.loads(line) for line in (run / "samples" / "code_rl_races_heldout.jsonl").open()
+    ]
+    assert all(s["meta"]["task_id"].startswith("races/test/") for s in samples)
+    capsys.readouterr()
+    # the synth file is in agentmath_tags: a run in cir_fences refuses it, naming line 1
+    assert main(["train", recipe, *small, "name=other", "protocol=cir_fences"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{demos}:1" in line and "agentmath_tags" in line and "cir_fences" in line, line

@@ -55,36 +55,35 @@ def register_reward(name: str) -> Callable[[type], type]:
     return add
 
 
+@dataclass(frozen=True)
+class _OutcomeReward:
+    """range[1] if correct, else range[0]."""
+
+    range: tuple[float, float]
+
+    def __call__(
+        self,
+        correct: bool,
+        stats: dict[str, Any] | None = None,
+        task_reward: float | None = None,
+    ) -> float:
+        return self.range[1] if correct else self.range[0]
+
+
 @register_reward("binary")
 @dataclass(frozen=True)
-class BinaryReward:
+class BinaryReward(_OutcomeReward):
     """+1.0 if correct, else −1.0 (CIR §3.1)."""
 
     range: tuple[float, float] = (-1.0, 1.0)
 
-    def __call__(
-        self,
-        correct: bool,
-        stats: dict[str, Any] | None = None,
-        task_reward: float | None = None,
-    ) -> float:
-        return self.range[1] if correct else self.range[0]
-
 
 @register_reward("zero_one")
 @dataclass(frozen=True)
-class ZeroOneReward:
+class ZeroOneReward(_OutcomeReward):
     """1.0 if correct, else 0.0."""
 
     range: tuple[float, float] = (0.0, 1.0)
-
-    def __call__(
-        self,
-        correct: bool,
-        stats: dict[str, Any] | None = None,
-        task_reward: float | None = None,
-    ) -> float:
-        return self.range[1] if correct else self.range[0]
 
 
 @register_reward("task")
