@@ -78,3 +78,21 @@ def test_the_environment_library_does_not_import_torch():
         " tirl.envs.check, tirl.envs.cli\nassert 'torch' not in sys.modules, 'torch was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_demonstration_code_prints_every_value_as_its_answer_is_written():
+    import contextlib
+    import io
+    import random
+
+    from tirl.envs.demos import PRELUDE, show
+
+    rng = random.Random(0)
+    for env in ENVS:
+        for level in (1, 2, 3):
+            x = env.sample(rng, level)
+            for kind, value in ((env.input, x), (env.output, env.apply(x))):
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    exec(PRELUDE + show(kind, "y7"), {"y7": value})  # noqa: S102
+                assert out.getvalue() == kind.render(value) + "\n", (env.name, kind.name)

@@ -4,15 +4,17 @@ Every atomic environment's mapper is a self-contained Python function (`Environm
 tool-use solution of a composite needs no teacher: bind the input as a Python literal, then run
 each step's mapper on it in code. Two operators have such a solution:
 
-- SEQUENTIAL: the first block binds x_0 (`y0 = …`); block i holds e_i's mapper renamed
+- SEQUENTIAL: the first block binds x_0 (`y0 = …`, written as the prompt writes it where Python
+  reads that text as the same input, e.g. a JSON list of integers; `binding`); block i holds e_i's mapper renamed
   `step_i` and applies it to y_{i-1}, so each block continues from the one before it (the blocks
   run in one stateful interpreter session).
 - PARALLEL: each branch has its own input, so block i binds y_{i-1} itself (`x_i = …`) and
   applies e_i's mapper, renamed `branch_i`, to it.
 
-Each block prints the `repr` of its result; `literal` reads such a printed value back with only
-the names `PRELUDE` defines (no builtins), which is how callers check that the code computed what
-the mapper computed in-process. SORT and SELECT ask for an order of operations, not values:
+Each block prints its result exactly as the answer must write it (the type's `render_expr`,
+`tirl.envs.types`), so the final answer copies the interpreter's lines instead of converting
+`(7, 7)` to `[7, 7]` or `True` to `true`; callers check that the code computed what the mapper
+computed in-process by parsing each printed line with its type (`printed_types`). SORT and SELECT ask for an order of operations, not values:
 there is no code that finds it other than a search, so they get no code steps here.
 
 A solution is a list of (kind, text) pairs, kind "text" or "code"; the callers turn them into
@@ -26,16 +28,24 @@ values differ from the mapper's).
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
 from tirl.envs.core import Chain, Environment, Registry
 from tirl.envs.operators import OperatorTask
+from tirl.envs.types import Type
 
-PRELUDE = "import datetime\nfrom fractions import Fraction\n"
+PRELUDE = "import datetime\nimport json\nfrom fractions import Fraction\n"  # every name used
+_IMPORTS = {
+    "datetime.": "import datetime",
+    "json.": "import json",
+    "Fraction(": "from fractions import Fraction",
+}
 _LITERAL_NAMES = {"Fraction": Fraction, "datetime": datetime, "frozenset": frozenset, "set": set}
 
+_VALUE = re.compile(r"\bv\b")  # the value's name in a `render_expr`
 DemoStep = tuple[str, str]  # ("text" | "code", its text)
 
 
@@ -57,17 +67,50 @@ def _renamed(source: str, name: str) -> str:
     return f"{head.replace('def f(', f'def {name}(', 1)}\n{body.rstrip()}"
 
 
-def step_code(source: str, i: int) -> str:
+def binding(value: Any, kind: Type, envs: Sequence[Environment]) -> str:
+    """Python text for `value`: the prompt's own rendering of it when Python reads that text as
+    a value the steps map exactly as they map `value` (a JSON list of integers is a Python
+    list), so a model copies the input instead of converting it; else its `repr`."""
+    text = kind.render(value)
+    try:
+        if _results(envs, literal(text)) == _results(envs, value):
+            return text
+    except Exception:  # noqa: BLE001 - not a Python literal, or a mapper that needs the repr
+        pass
+    return repr(value)
+
+
+def _results(envs: Sequence[Environment], x: Any) -> list[str]:
+    out = []
+    for env in envs:
+        x = env.mapper(x)
+        out.append(env.output.render(x))
+    return out
+
+
+def with_imports(code: str, imported: set[str]) -> str:
+    """`code` preceded by the imports it uses that `imported` (updated) lacks."""
+    needed = [line for use, line in _IMPORTS.items() if use in code and line not in imported]
+    imported.update(needed)
+    return "".join(line + "\n" for line in needed) + code
+
+
+def show(kind: Type, name: str) -> str:
+    """The statement printing variable `name` as `kind.render` writes it."""
+    return f"print({_VALUE.sub(name, kind.render_expr)})"
+
+
+def step_code(env: Environment, source: str, i: int) -> str:
     """The mapper source (a function `f`) as step i, applied to the previous value."""
-    return f"{_renamed(source, f'step_{i}')}\n\ny{i} = step_{i}(y{i - 1})\nprint(repr(y{i}))"
+    call = f"y{i} = step_{i}(y{i - 1})"
+    return f"{_renamed(source, f'step_{i}')}\n\n{call}\n{show(env.output, f'y{i}')}"
 
 
-def branch_code(source: str, i: int, value: Any) -> str:
-    """The mapper source (a function `f`) as branch i, applied to its own input `value`."""
-    return (
-        f"{_renamed(source, f'branch_{i}')}\n\n"
-        f"x{i} = {value!r}\ny{i} = branch_{i}(x{i})\nprint(repr(y{i}))"
-    )
+def branch_code(env: Environment, source: str, i: int, value: str) -> str:
+    """The mapper source (a function `f`) as branch i, applied to its own input (`value`: its
+    Python text)."""
+    call = f"x{i} = {value}\ny{i} = branch_{i}(x{i})"
+    return f"{_renamed(source, f'branch_{i}')}\n\n{call}\n{show(env.output, f'y{i}')}"
 
 
 def _source(env: Environment) -> str | None:
@@ -82,14 +125,16 @@ def sequential_steps(traj: Chain, answer: str) -> list[DemoStep] | str:
     or the reason it cannot be written."""
     if not round_trips(traj.x0):
         return "input has no Python literal form"
+    imported: set[str] = set()
+    x0 = binding(traj.x0, traj.envs[0].input, traj.envs)
     steps = [("text", "I bind the input to a variable, then apply each step in code.")]
-    steps.append(("code", f"{PRELUDE}y0 = {traj.x0!r}\nprint(repr(y0))"))
+    steps.append(("code", with_imports(f"y0 = {x0}\n{show(traj.envs[0].input, 'y0')}", imported)))
     for i, env in enumerate(traj.envs, 1):
         source = _source(env)
         if source is None:
             return "mapper source unavailable"
         steps.append(("text", f"Step {i}: {env.instruction}"))
-        steps.append(("code", step_code(source, i)))
+        steps.append(("code", with_imports(step_code(env, source, i), imported)))
     steps.append(("text", "Every step ran; the results, in the requested form:\n" + answer))
     return steps
 
@@ -100,13 +145,15 @@ def parallel_steps(traj: Chain, answer: str) -> list[DemoStep] | str:
     inputs = [traj.x0, *traj.ys[:-1]]
     if not all(round_trips(x) for x in inputs):
         return "a branch input has no Python literal form"
+    imported: set[str] = set()
     steps = [("text", "Each branch has its own input; I run each one's operation in code.")]
     for i, (env, x) in enumerate(zip(traj.envs, inputs), 1):
         source = _source(env)
         if source is None:
             return "mapper source unavailable"
+        code = branch_code(env, source, i, binding(x, env.input, [env]))
         steps.append(("text", f"Branch {i}: {env.instruction}"))
-        steps.append(("code", (PRELUDE if i == 1 else "") + branch_code(source, i, x)))
+        steps.append(("code", with_imports(code, imported)))
     steps.append(("text", "Every branch ran; the results, in the requested form:\n" + answer))
     return steps
 
@@ -141,3 +188,10 @@ def operator_steps(task: OperatorTask, registry: Registry) -> list[DemoStep] | s
 
 def code_blocks(steps: Sequence[DemoStep]) -> list[str]:
     return [text for kind, text in steps if kind == "code"]
+
+
+def printed_types(task_operator: str, traj: Chain) -> list[Type]:
+    """The type of each code block's printed line: SEQUENTIAL prints x_0 then every step's
+    result; PARALLEL prints each branch's result."""
+    outputs = [env.output for env in traj.envs]
+    return [traj.envs[0].input, *outputs] if task_operator == "sequential" else outputs

@@ -19,6 +19,7 @@ hash: the search de-duplicates states and paths by value.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import random
 import re
@@ -35,6 +36,14 @@ class AnswerError(ValueError):
 _INT = re.compile(r"[+-]?(0|[1-9][0-9]*)")
 _RATIONAL = re.compile(r"([+-]?(?:0|[1-9][0-9]*))(?:/([1-9][0-9]*))?")
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+_RENDER_NAMES = {"json": json, "Fraction": Fraction, "datetime": dt}
+
+
+@functools.cache
+def _compiled(expr: str):
+    return compile(expr, "<render_expr>", "eval")
 
 
 def _json(text: str, what: str) -> Any:
@@ -63,8 +72,13 @@ class Type:
     def sample(self, rng: random.Random, level: int) -> Any:
         raise NotImplementedError
 
+    # `render` as one Python expression in `v` over the names `json`, `Fraction` and `datetime`:
+    # a demonstration's code prints its values with it, so the interpreter shows each value
+    # exactly as the answer must write it (`tirl.envs.demos`).
+    render_expr: ClassVar[str]
+
     def render(self, v: Any) -> str:
-        raise NotImplementedError
+        return eval(_compiled(self.render_expr), {**_RENDER_NAMES, "v": v})  # noqa: S307 - ours
 
     def parse(self, text: str) -> Any:
         raise NotImplementedError
@@ -104,8 +118,7 @@ class Int(Type):
         lo, hi = _scaled(self.lo, self.hi, level, 30)
         return rng.randint(lo, hi) if lo <= hi else rng.randint(self.lo, self.hi)
 
-    def render(self, v):
-        return str(v)
+    render_expr: ClassVar[str] = "str(v)"
 
     def parse(self, text):
         text = text.strip()
@@ -128,8 +141,7 @@ class Bool(Type):
     def sample(self, rng, level):
         return rng.random() < 0.5
 
-    def render(self, v):
-        return "true" if v else "false"
+    render_expr: ClassVar[str] = '"true" if v else "false"'
 
     def parse(self, text):
         t = text.strip().lower()
@@ -158,8 +170,7 @@ class Rational(Type):
         bound = 10**level
         return Fraction(rng.randint(-bound, bound), rng.randint(1, bound))
 
-    def render(self, v):
-        return str(v)
+    render_expr: ClassVar[str] = "str(v)"
 
     def parse(self, text):
         m = _RATIONAL.fullmatch(text.strip())
@@ -195,8 +206,7 @@ class IntList(Type):
         lo, hi = _scaled(self.lo, self.hi, level, 10)
         return tuple(rng.randint(lo, hi) for _ in range(n))
 
-    def render(self, v):
-        return json.dumps(list(v))
+    render_expr: ClassVar[str] = "json.dumps(list(v))"
 
     def parse(self, text):
         data = _json(text, "a list of integers")
@@ -238,8 +248,7 @@ class Str(Type):
         n = rng.randint(max(self.min_len, 3), max(self.min_len, min(self.max_len, 4 + 4 * level)))
         return "".join(rng.choice(self.alphabet) for _ in range(n))
 
-    def render(self, v):
-        return json.dumps(v, ensure_ascii=False)
+    render_expr: ClassVar[str] = "json.dumps(v, ensure_ascii=False)"
 
     def parse(self, text):
         data = _json(text.strip(), "a string")
@@ -287,8 +296,7 @@ class StrList(Type):
             "".join(rng.choice(letters) for _ in range(rng.randint(1, 2 + level))) for _ in range(n)
         )
 
-    def render(self, v):
-        return json.dumps(list(v), ensure_ascii=False)
+    render_expr: ClassVar[str] = "json.dumps(list(v), ensure_ascii=False)"
 
     def parse(self, text):
         data = _json(text, "a list of strings")
@@ -324,8 +332,7 @@ class Date(Type):
         start = max(self.lo, dt.date(2000, 1, 1) - dt.timedelta(days=span // 2))
         return start + dt.timedelta(days=rng.randint(0, span))
 
-    def render(self, v):
-        return v.isoformat()
+    render_expr: ClassVar[str] = "v.isoformat()"
 
     def parse(self, text):
         t = text.strip()
@@ -386,8 +393,7 @@ class Matrix(Type):
         lo, hi = _scaled(self.lo, self.hi, level, 5)
         return tuple(tuple(rng.randint(lo, hi) for _ in range(cols)) for _ in range(rows))
 
-    def render(self, v):
-        return json.dumps([list(r) for r in v])
+    render_expr: ClassVar[str] = "json.dumps([list(r) for r in v])"
 
     def parse(self, text):
         data = _rows(_json(text, "a matrix"), "a matrix")
@@ -434,8 +440,7 @@ class Grid(Type):
         rows, cols = rng.randint(self.min_size, hi), rng.randint(self.min_size, hi)
         return tuple("".join(rng.choice(self.alphabet) for _ in range(cols)) for _ in range(rows))
 
-    def render(self, v):
-        return json.dumps(list(v))
+    render_expr: ClassVar[str] = "json.dumps(list(v))"
 
     def parse(self, text):
         data = _json(text, "a grid")
@@ -491,8 +496,7 @@ class Graph(Type):
         p = rng.uniform(0.2, 0.5)
         return graph_of(n, [(u, v) for u in range(n) for v in range(u + 1, n) if rng.random() < p])
 
-    def render(self, v):
-        return json.dumps({"nodes": v[0], "edges": [list(e) for e in v[1]]})
+    render_expr: ClassVar[str] = 'json.dumps({"nodes": v[0], "edges": [list(e) for e in v[1]]})'
 
     def parse(self, text):
         data = _json(text, "a graph")
@@ -547,8 +551,7 @@ class IntSet(Type):
         )
         return frozenset(rng.randint(lo, hi) for _ in range(want))
 
-    def render(self, v):
-        return json.dumps(sorted(v))
+    render_expr: ClassVar[str] = "json.dumps(sorted(v))"
 
     def parse(self, text):
         data = _json(text, "a set of integers")
@@ -598,8 +601,7 @@ class Poly(Type):
         coefs = [rng.choice([c for c in range(-bound, bound + 1) if c])]
         return tuple(coefs + [rng.randint(-bound, bound) for _ in range(degree)])
 
-    def render(self, v):
-        return json.dumps(list(v))
+    render_expr: ClassVar[str] = "json.dumps(list(v))"
 
     def parse(self, text):
         data = _json(text, "a coefficient list")
@@ -645,8 +647,7 @@ class Records(Type):
         )
         return tuple((rng.choice(names), rng.randint(0, 10 * level)) for _ in range(n))
 
-    def render(self, v):
-        return json.dumps([list(r) for r in v])
+    render_expr: ClassVar[str] = "json.dumps([list(r) for r in v])"
 
     def parse(self, text):
         data = _json(text, "a table")

@@ -23,7 +23,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from tirl.envs.core import Chain, Registry
-from tirl.envs.demos import PRELUDE, literal, sequential_steps, step_code  # noqa: F401
+from tirl.envs.demos import printed_types, sequential_steps
 from tirl.envs.operators import OperatorTask, score, sequential
 from tirl.files import lock_folder, replacing
 from tirl.synth.formats import model_text, render_parts, sft_record
@@ -55,9 +55,9 @@ async def synthesize(
     if await execute_steps(sandbox, steps, 5.0, 2000) is not None:
         return item_id, reject("code failed in the sandbox")
     codes = [s for s in steps if s.kind == "code"]
-    for step, expected in zip(codes, (traj.x0, *traj.ys)):
+    for step, kind, expected in zip(codes, printed_types("sequential", traj), (traj.x0, *traj.ys)):
         try:
-            same = literal(step.real) == expected
+            same = kind.equal(kind.parse(step.real), expected)
         except Exception:
             same = False
         if not same:

@@ -61,7 +61,7 @@ class ArithmeticSource:
             answer=item.answer,
             scorer=lambda text: score_integer(gold, text),
             source=self.name,
-            meta={"kind": item.kind, "expression": item.expression},
+            meta={"scoring": "integer", "kind": item.kind, "expression": item.expression},
         )
 
     def size(self, split: str) -> int | None:
