@@ -144,6 +144,20 @@ def test_constant_paths_and_undo_pairs_are_filtered():
     )
 
 
+def test_a_composite_is_yielded_up_to_inputs_per_composite_times_from_distinct_inputs():
+    once = take(search(REG, seed=3, config=SearchConfig(min_size=1, max_size=2)), 10_000)
+    config = SearchConfig(min_size=1, max_size=2, inputs_per_composite=3)
+    thrice = take(search(REG, seed=3, config=config), 10_000)
+    counts = {}
+    for t in thrice:
+        counts.setdefault(t.names(), set()).add(t.x0)
+    assert set(counts) == {t.names() for t in once}  # the same composites...
+    assert all(len(x0s) <= 3 for x0s in counts.values())  # ...at most thrice, never one x_0 twice
+    assert len(thrice) == sum(len(x0s) for x0s in counts.values()) > 2 * len(once)
+    with pytest.raises(ValueError, match="inputs_per_composite"):
+        SearchConfig(inputs_per_composite=0)
+
+
 def test_search_config_rejects_bad_sizes():
     with pytest.raises(ValueError, match="min_size <= max_size"):
         SearchConfig(min_size=4, max_size=2)

@@ -32,6 +32,7 @@ class BuildConfig:
     min_size: int = 2
     max_size: int = 5
     level: int = 1
+    inputs_per_composite: int = 1
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -96,7 +97,12 @@ def build_tasks(registry: Registry, config: BuildConfig) -> Iterator[OperatorTas
         s: search(
             registry,
             config.seed,
-            SearchConfig(min_size=s, max_size=s, level=config.level),
+            SearchConfig(
+                min_size=s,
+                max_size=s,
+                level=config.level,
+                inputs_per_composite=config.inputs_per_composite,
+            ),
             config.split,
         )
         for s in range(config.min_size, config.max_size + 1)

@@ -11,9 +11,11 @@ Step checks (a step is dropped when it fails one): the state is a valid input of
 valid value of its type; the step changes the state; it does not undo the previous step
 (y_{t+1} != y_{t-1}); the new state renders in at most `max_render_chars` characters.
 Path checks, before a trajectory is yielded: its size is within [min_size, max_size]; its
-sequence of environments was not yielded before (each composite once); and its output is not
-constant: the same chain run on `constant_probes` other inputs must not give the same y_t every
-time.
+sequence of environments was yielded fewer than `inputs_per_composite` times before, never from
+the same x_0 (by default each composite once; more instances of one composite, each from a fresh
+root, are what a small set of environments needs to give more than a handful of tasks); and its
+output is not constant: the same chain run on `constant_probes` other inputs must not give the
+same y_t every time.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import random
 import signal
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,13 +43,14 @@ class SearchConfig:
     max_render_chars: int = 300
     constant_probes: int = 3
     level: int = 1  # difficulty level of the root inputs
+    inputs_per_composite: int = 1  # instances of one sequence of environments, distinct x_0
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_size <= self.max_size:
             raise ValueError(
                 f"need 1 <= min_size <= max_size, got {self.min_size}, {self.max_size}"
             )
-        for name in ("frontier_cap", "max_frontier", "max_render_chars"):
+        for name in ("frontier_cap", "max_frontier", "max_render_chars", "inputs_per_composite"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SearchConfig.{name} must be at least 1")
 
@@ -143,7 +146,8 @@ def search(
     rng = random.Random(f"races-search/{seed}/{split}")
     consumers = registry.consumers()
     starts = list(starts) if starts is not None else sorted(registry, key=lambda e: e.name)
-    seen: set[tuple[str, ...]] = set()
+    times: Counter[tuple[str, ...]] = Counter()  # yields per sequence of environments
+    roots: set[tuple[tuple[str, ...], str]] = set()  # (sequence, rendered x_0) yielded
     index = 0
     with step_timer():
         while True:
@@ -158,8 +162,11 @@ def search(
                 traj = frontier.popleft()
                 if traj.size >= config.min_size:
                     names = traj.names()
-                    if names not in seen and not _constant(traj, config, rng):
-                        seen.add(names)
+                    root = (names, traj.envs[0].input.render(traj.x0))
+                    fresh = times[names] < config.inputs_per_composite and root not in roots
+                    if fresh and not _constant(traj, config, rng):
+                        times[names] += 1
+                        roots.add(root)
                         yielded_any = True
                         yield traj
                 if traj.size >= config.max_size:

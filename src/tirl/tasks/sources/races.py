@@ -118,6 +118,12 @@ class RacesSource:
     envs: list[str] | None = setting(
         None, doc="only these environments (names like lists.reverse, or whole domains like lists)"
     )
+    inputs_per_composite: int = setting(
+        1,
+        ">= 1",
+        "tasks from one sequence of environments, each from another input (more than 1 lets a"
+        " few environments give many tasks; train and test then share sequences, never inputs)",
+    )
     path: str | None = setting(
         None, doc="a tasks file written by `tirl envs build` (JSONL/Parquet) instead of the search"
     )
@@ -144,7 +150,7 @@ class RacesSource:
             )
         if self.path is not None:
             defaults = RacesSource()
-            keys = ("mixture", "min_size", "max_size", "level", "envs")
+            keys = ("mixture", "min_size", "max_size", "level", "envs", "inputs_per_composite")
             changed = [k for k in keys if getattr(self, k) != getattr(defaults, k)]
             if changed:
                 raise ConfigError(
@@ -208,6 +214,7 @@ class RacesSource:
                 min_size=self.min_size,
                 max_size=self.max_size,
                 level=self.level,
+                inputs_per_composite=self.inputs_per_composite,
             )
             stream = build_tasks(self._generation_registry(), config)
             for _ in itertools.islice(stream, len(self._cache[split])):
