@@ -15,7 +15,7 @@ from tirl.train.batch import collate, token_logprobs
 from tirl.train.config import RLConfig, SFTConfig
 from tirl.train.curriculum import budget_at
 from tirl.train.rl import RLTrainer
-from tirl.train.sft import sft_loss, train_sft
+from tirl.train.sft import length_grouped_batches, sft_loss, train_sft
 
 ARITHMETIC = ArithmeticSource()  # the arithmetic items as tirl.tasks.Task
 
@@ -71,6 +71,31 @@ def test_sft_learns_the_demonstrations(env, tokenizer, tiny_model):
         seed=0,
     )
     assert sft_loss(tiny_model, batch).item() < 0.7 * before
+
+
+def test_length_grouped_batches_draw_the_same_rows_and_pad_less():
+    lengths = [
+        int(n) for n in torch.randint(10, 200, (500,), generator=torch.Generator().manual_seed(1))
+    ]
+
+    def draw(window):
+        gen = torch.Generator().manual_seed(7)
+        return list(length_grouped_batches(lengths, 16, 21, window, gen))
+
+    plain, grouped = draw(1), draw(8)
+    assert len(plain) == len(grouped) == 21 and all(len(b) == 16 for b in plain + grouped)
+    # window 1 is the plain stream: one independent uniform draw per step
+    gen = torch.Generator().manual_seed(7)
+    assert plain == [torch.randint(500, (16,), generator=gen).tolist() for _ in range(21)]
+    # the first window's rows are the same uniform draw, only regrouped
+    gen = torch.Generator().manual_seed(7)
+    first = torch.randint(500, (8 * 16,), generator=gen).tolist()
+    assert sorted(first) == sorted(r for b in grouped[:8] for r in b)
+
+    def padded(batches):
+        return sum(len(b) * max(lengths[r] for r in b) for b in batches)
+
+    assert padded(grouped) < 0.8 * padded(plain)
 
 
 def test_budget_schedule_grows_two_three_four():

@@ -239,6 +239,12 @@ class SFTConfig:
         check=_path_problem,
     )
     batch_size: int = setting(64, ">= 1", "trajectories per step")
+    length_window: int = setting(
+        8,
+        ">= 1",
+        "steps whose rows are drawn together and grouped by length, so a batch pads less;"
+        " 1 = every batch drawn on its own",
+    )
     lr: float = setting(1e-3, "(0, 1]", "peak learning rate (AdamW)")
     warmup_steps: int = setting(10, ">= 0", "linear warm-up of the learning rate, in steps")
     weight_decay: float = setting(0.0, "[0, 1]", "AdamW weight decay")
