@@ -66,6 +66,8 @@ def test_envs_cli(tmp_path, capsys):
     assert main(["envs", "build", "--out", str(out), "--mix", "sideways=1"]) == 2
     assert "unknown operator 'sideways'" in capsys.readouterr().err
     assert main(["envs", "build", "--out", str(out), "--sizes", "5-2"]) == 2
+    assert main(["envs", "build", "--out", str(out), "--inputs-per-composite", "0"]) == 2
+    assert "--inputs-per-composite" in capsys.readouterr().err
     assert main(["envs", "check", "--module", "no_such_module_here"]) == 2
 
 

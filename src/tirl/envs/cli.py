@@ -84,6 +84,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             min_size=lo,
             max_size=hi,
             level=args.level,
+            inputs_per_composite=args.inputs_per_composite,
             **({"mixture": mixture} if mixture is not None else {}),
         )
     except ValueError as e:
@@ -170,6 +171,12 @@ def add_envs_parser(sub) -> None:
     )
     p.add_argument("--sizes", default="2-5", help="composition sizes in 1..12, e.g. 2-5 (default)")
     p.add_argument("--level", type=int, default=1, choices=(1, 2, 3), help="input difficulty")
+    p.add_argument(
+        "--inputs-per-composite",
+        type=number(int, ">= 1"),
+        default=1,
+        help="tasks from one sequence of environments, each from another input (default 1)",
+    )
     p.set_defaults(func=cmd_build)
 
     p = envs_sub.add_parser("check", help="run the oracle checks on the library or on your modules")
