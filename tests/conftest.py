@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,14 @@ from tirl.synth.arithmetic import demonstration_texts, text_only_texts, to_traje
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.config import SFTConfig
 from tirl.train.sft import train_sft
+
+# tests/verl need verl, which lives in an environment of its own (tests/verl_env.py); this
+# suite runs them there through test_verl_plugin.py
+# (the installed distribution is asked: `import verl` here would find tests/verl itself)
+try:
+    importlib.metadata.version("verl")
+except importlib.metadata.PackageNotFoundError:
+    collect_ignore = ["verl"]
 
 hf_logging.disable_progress_bar()
 hf_logging.set_verbosity_error()

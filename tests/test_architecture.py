@@ -59,7 +59,10 @@ ALLOWED: dict[str, set[str]] = {
     "integrations": PACKAGES - {"cli", "integrations"},
     "cli": PACKAGES - {"cli"},
 }
+# Nothing imports these, except that the command line wires each integration's subcommands
+# (`tirl verl ...`): a change to DESIGN's table, which says nothing imports `integrations`.
 NEVER_IMPORTED = {"cli", "integrations"}
+IMPORTED_ONLY_BY = {"integrations": {"cli"}}
 
 
 def module_name(path: Path) -> str:
@@ -155,7 +158,10 @@ def direction_violations() -> tuple[list[str], set[tuple[str, str]]]:
     messages, seen_known = [], set()
     for imp in ALL_IMPORTS:
         a, b = package_of(imp.source), package_of(imp.target)
-        if b == "base" or a == b or b in ALLOWED.get(a, set()) and b not in NEVER_IMPORTED:
+        allowed = b in ALLOWED.get(a, set())
+        if b in NEVER_IMPORTED:
+            allowed = allowed and a in IMPORTED_ONLY_BY.get(b, set())
+        if b == "base" or a == b or allowed:
             continue
         if (imp.source, b) in KNOWN_VIOLATIONS:
             seen_known.add((imp.source, b))

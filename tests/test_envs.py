@@ -1,6 +1,6 @@
 from tirl.envs.arithmetic import ArithmeticEnv
-from tirl.tasks.sources.arithmetic import score_integer
 from tirl.envs.seeding import item_rng, split_of
+from tirl.tasks.sources.arithmetic import score_integer
 
 
 def test_train_and_test_never_share_an_item(env):

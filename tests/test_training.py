@@ -98,6 +98,29 @@ def test_length_grouped_batches_draw_the_same_rows_and_pad_less():
     assert padded(grouped) < 0.8 * padded(plain)
 
 
+def test_micro_batches_sorted_by_length_give_one_batchs_gradient_with_less_padding(
+    env, tokenizer, tiny_model
+):
+    import copy
+
+    from tirl.train.sft import sft_backward
+
+    tasks = env.items("train", 12)
+    demos = code_demonstrations(tasks[:6], [t.answer for t in tasks[:6]], tokenizer)
+    demos += text_demonstrations(tasks[6:], tokenizer)  # short rows beside long ones
+    grads, pads = [], []
+    for parts in (1, 3):
+        model = copy.deepcopy(tiny_model).train()
+        loss, pad = sft_backward(model, demos, tokenizer.pad_token_id, True, parts, "cpu")
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        pads.append(pad)
+        if parts == 1:  # one micro-batch is the plain token-mean loss
+            batch = collate(demos, tokenizer.pad_token_id)
+            assert abs(loss - sft_loss(tiny_model.train(), batch).item()) < 1e-5
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+    assert pads[1] < pads[0] / 2
+
+
 def test_budget_schedule_grows_two_three_four():
     schedule = RLConfig().budget_schedule
     assert [budget_at(schedule, f) for f in (0.0, 0.2, 0.34, 0.5, 0.67, 0.99)] == [2, 2, 3, 3, 4, 4]

@@ -22,6 +22,7 @@ from tirl.cliargs import (
 from tirl.config import ConfigError, describe, dump_yaml, load_config, to_dict
 from tirl.envs.cli import add_envs_parser
 from tirl.eval.evaluate import FailedSamplesError, check_failed_share  # light: no torch
+from tirl.integrations.verl.cli import add_parser as add_verl_parser
 from tirl.synth.cli import add_synth_parser
 
 DEFAULT_PRESET = "quickstart"
@@ -687,6 +688,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_envs_parser(sub)
     add_synth_parser(sub)
+    add_verl_parser(sub)
     return parser
 
 

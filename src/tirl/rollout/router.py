@@ -42,6 +42,7 @@ in-process engine objects; there is no health probing beyond the errors requests
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from tirl.backends.engine import GenOutput, StopFn
@@ -49,6 +50,39 @@ from tirl.backends.engine import GenOutput, StopFn
 
 class NoReplicaError(RuntimeError):
     """Every replica failed one request."""
+
+
+def request_weight(prefix_len: int, l_base: int, w_base: int) -> int:
+    """A request's weight w = floor(L / l_base) + w_base (AgentMath §4): long prefixes count
+    more, and every request at least w_base."""
+    return prefix_len // l_base + w_base
+
+
+def choose_replica(
+    load: Sequence[int],
+    resident: Sequence[int],
+    dead: Sequence[bool],
+    home: int | None,
+    weight: int,
+    tried: set[int],
+    rebalance_ratio: float,
+    w_base: int,
+) -> int | None:
+    """The replica for a request of `weight` whose key lives on `home` (None: nowhere): the
+    least loaded untried replica (fewest resident keys, then lowest index, break ties; a dead
+    one only when no live one is left), unless `home` is a candidate and staying costs at most
+    `rebalance_ratio` times moving plus w_base (moving loses the prefix cache). None when
+    every replica was tried."""
+    untried = [i for i in range(len(load)) if i not in tried]
+    candidates = [i for i in untried if not dead[i]] or untried
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda i: (load[i], resident[i], i))
+    if home is None or home not in candidates:
+        return best
+    if load[home] + weight > rebalance_ratio * (load[best] + weight) + w_base:
+        return best
+    return home
 
 
 class Router:
@@ -182,22 +216,14 @@ class Router:
     # ------------------------------------------------------------------ routing
     def weight(self, prefix_len: int) -> int:
         """w_j = floor(L_j / l_base) + w_base (AgentMath §4)."""
-        return prefix_len // self.l_base + self.w_base
+        return request_weight(prefix_len, self.l_base, self.w_base)
 
     def _choose(self, home: int | None, weight: int, tried: set[int]) -> int | None:
         """The replica for a request of `weight` whose key lives on `home` (None: nowhere)."""
-        untried = [i for i in range(len(self.replicas)) if i not in tried]
-        candidates = [i for i in untried if not self.dead[i]] or untried
-        if not candidates:
-            return None
-        best = min(candidates, key=lambda i: (self.load[i], self._resident[i], i))
-        if home is None or home not in candidates:
-            return best
-        stay = self.load[home] + weight
-        move = self.load[best] + weight
-        if stay > self.rebalance_ratio * move + self.w_base:
-            return best
-        return home
+        return choose_replica(
+            self.load, self._resident, self.dead, home, weight, tried,
+            self.rebalance_ratio, self.w_base,
+        )  # fmt: skip
 
     def _pin(self, key: object, replica: int) -> None:
         if self._sticky.get(key) != replica:

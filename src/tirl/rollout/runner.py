@@ -184,8 +184,13 @@ class Rollout:
         max_generating: int | None = None,
         max_tool_calls: int | None = None,
         policy_version: int = 0,
+        tool_budget_now: Callable[[], int] | None = None,
     ) -> None:
+        """`tool_budget_now()`, when given, is the tool budget at the moment a code block
+        closes, in place of `RolloutSettings.tool_budget` (a schedule over policy versions
+        that change while a trajectory runs, as under verl's asynchronous trainers)."""
         self.engine = engine
+        self.tool_budget_now = tool_budget_now
         self.tokenizer = tokenizer
         self.sandbox = sandbox
         self.policy_version = policy_version
@@ -369,7 +374,8 @@ class Rollout:
 
     async def _tool_call(self, run: _Run, code: str, settings: RolloutSettings) -> ToolCall:
         executed = [c for c in run.traj.tool_calls if c.status != "skipped"]
-        if len(executed) >= settings.tool_budget:
+        budget = settings.tool_budget if self.tool_budget_now is None else self.tool_budget_now()
+        if len(executed) >= budget:
             return ToolCall(code, "skipped", settings.budget_spent_message)
         async with self._tool_slots:
             if run.session is None:

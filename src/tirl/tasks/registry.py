@@ -127,3 +127,30 @@ class Mixture:
 
     def source_of(self, position: int) -> TaskSource:
         return self.sources[self.turn(position)[0]]
+
+
+# Keys of an evaluation-set entry (`data.eval`) that are the evaluation's own; the rest name a
+# task source.
+EVAL_ENTRY_KEYS = ("name", "items")
+
+
+def eval_set_tasks(
+    entries: Sequence[Mapping[str, Any]], mixture: Mixture, seed: int = 0
+) -> dict[str, list[Task]]:
+    """The tasks of every evaluation set (`data.eval` entries), by name: the `test` split of
+    the entry's own source, or without one the held-out `test` split of the train `mixture`;
+    at most `items` each (default 200), each item once (a finite source cycles)."""
+    sets = {}
+    for i, entry in enumerate(entries):
+        params = {k: v for k, v in entry.items() if k not in EVAL_ENTRY_KEYS}
+        items = int(entry.get("items", 200))
+        if params:
+            source = make_source(params, f"data.eval[{i}]", seed)
+            size = source.size("test")
+            count = items if size is None else min(items, size)
+            tasks = [source.item("test", j) for j in range(count)]
+        else:
+            tasks = mixture.items("test", items)
+        sets[entry["name"]] = list({t.id: t for t in tasks}.values())
+    return sets
+

@@ -61,8 +61,6 @@ def _modules_problem(modules: list[str]) -> str | None:
 
 DEFAULT_EVAL_SET = "heldout"
 _SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-# Keys of a data.eval entry that are the evaluation's own; the rest name a task source.
-EVAL_ENTRY_KEYS = ("name", "items")
 
 
 def _protocol_problem(name: str) -> str | None:
@@ -239,11 +237,18 @@ class SFTConfig:
         check=_path_problem,
     )
     batch_size: int = setting(64, ">= 1", "trajectories per step")
+    micro_batches: int = setting(
+        1,
+        ">= 1",
+        "a step's rows sorted by length and cut into this many micro-batches, each padded to"
+        " its own longest row: the same gradient as one batch, fewer padded tokens computed",
+    )
     length_window: int = setting(
-        8,
+        1,
         ">= 1",
         "steps whose rows are drawn together and grouped by length, so a batch pads less;"
-        " 1 = every batch drawn on its own",
+        " 1 = every batch drawn on its own (batches of like lengths learn differently:"
+        " BENCHMARKS.md)",
     )
     lr: float = setting(1e-3, "(0, 1]", "peak learning rate (AdamW)")
     warmup_steps: int = setting(10, ">= 0", "linear warm-up of the learning rate, in steps")
@@ -701,6 +706,7 @@ class RunConfig:
         that cannot be read is a one-line error naming its key), and check that SFT has
         demonstrations."""
         from tirl.tasks import Mixture, make_source
+        from tirl.tasks.registry import EVAL_ENTRY_KEYS
 
         mixture = Mixture.from_entries(self.data.train, "data.train", self.seed)
         for i, entry in enumerate(self.data.eval):

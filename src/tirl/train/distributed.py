@@ -56,6 +56,9 @@ def init_from_env(device: str = "cpu") -> DistContext | None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return None
+    if device.startswith("cuda") and torch.cuda.is_available():
+        # each rank its own GPU: without this every rank of a node would allocate on cuda:0
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if not dist.is_initialized():
         if _is_loopback(os.environ.get("MASTER_ADDR", "")):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

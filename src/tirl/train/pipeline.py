@@ -74,11 +74,12 @@ from tirl.protocol import Protocol, get_protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox
-from tirl.tasks import Mixture, Task, make_source
+from tirl.tasks import Mixture, Task
 from tirl.tasks.base import Code
 from tirl.tasks.demos import demo_segment_texts, demo_trajectory, run_demo_codes
 from tirl.tasks.prompts import PLAIN_TEMPLATE, PromptRenderer
-from tirl.train.config import EVAL_ENTRY_KEYS, RunConfig
+from tirl.tasks.registry import eval_set_tasks
+from tirl.train.config import RunConfig
 from tirl.train.distributed import DistContext, broadcast_weights, init_from_env, shard_model
 from tirl.train.engines import make_engine
 from tirl.train.metrics import MetricsLogger
@@ -152,22 +153,8 @@ def drop_records(logger: MetricsLogger, variant: str, phase: str, from_step: int
 
 
 def eval_sets(cfg: RunConfig, mixture: Mixture) -> dict[str, list[Task]]:
-    """The tasks of every `data.eval` set, by name: the train mixture's held-out `test` split,
-    or the `test` split of the entry's own source; a finite split is not repeated."""
-    sets = {}
-    for i, entry in enumerate(cfg.data.eval):
-        params = {k: v for k, v in entry.items() if k not in EVAL_ENTRY_KEYS}
-        items = int(entry.get("items", 200))
-        if params:
-            source = make_source(params, f"data.eval[{i}]", cfg.seed)
-            size = source.size("test")
-            n = items if size is None else min(items, size)
-            tasks = [source.item("test", j) for j in range(n)]
-        else:
-            tasks = mixture.items("test", items)
-        unique = {t.id: t for t in tasks}  # a finite source cycles: keep each item once
-        sets[entry["name"]] = list(unique.values())
-    return sets
+    """The tasks of every `data.eval` set, by name (`tirl.tasks.registry.eval_set_tasks`)."""
+    return eval_set_tasks(cfg.data.eval, mixture, cfg.seed)
 
 
 class Pipeline:

@@ -53,6 +53,43 @@ def sft_loss(model: torch.nn.Module, batch) -> torch.Tensor:
     return agg_loss(-logprobs, batch.loss_mask, "token-mean")
 
 
+def length_sorted_chunks(trajs: Sequence[Trajectory], parts: int) -> list[list[Trajectory]]:
+    """`trajs` sorted by length and cut into `parts` near-equal runs (fewer if there are
+    fewer rows): each run is padded to its own longest row, not the batch's."""
+    ordered = sorted(trajs, key=lambda t: len(t.ids))
+    parts = max(1, min(parts, len(ordered)))
+    bounds = [round(i * len(ordered) / parts) for i in range(parts + 1)]
+    return [ordered[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def sft_backward(
+    model: torch.nn.Module,
+    trajs: Sequence[Trajectory],
+    pad_id: int,
+    mask_tool_output: bool,
+    micro_batches: int,
+    device: torch.device,
+) -> tuple[float, float]:
+    """Backpropagate the token-mean negative log-likelihood of `trajs` as one batch, in
+    `micro_batches` length-sorted micro-batches: each micro-batch's summed loss is divided by
+    the whole batch's trained tokens, so the accumulated gradient is the one batch's (up to
+    float rounding), only with fewer padded tokens computed. Returns (loss, padded share)."""
+    batches = [
+        collate(chunk, pad_id, mask_tool_output).to(device)
+        for chunk in length_sorted_chunks(trajs, micro_batches)
+    ]
+    trained = sum(b.loss_mask.sum() for b in batches).clamp(min=1)
+    loss_value = 0.0
+    for batch in batches:
+        logprobs, _ = token_logprobs(model, batch)  # [b, T-1]
+        loss = (-logprobs * batch.loss_mask).sum() / trained
+        loss.backward()
+        loss_value += loss.item()
+    cells = sum(b.attention_mask.numel() for b in batches)
+    real = sum(b.attention_mask.sum().item() for b in batches)
+    return loss_value, 1.0 - real / cells
+
+
 def train_sft(
     model: torch.nn.Module,
     demos: Sequence[Trajectory],
@@ -81,14 +118,14 @@ def train_sft(
     )
     for step, rows in zip(bar, batches):
         start = time.perf_counter()
-        batch = collate([demos[r] for r in rows], pad_id, cfg.mask_tool_output).to(device)
-        loss = sft_loss(model, batch)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_value, pad_share = sft_backward(
+            model, [demos[r] for r in rows], pad_id, cfg.mask_tool_output, cfg.micro_batches,
+            device,
+        )  # fmt: skip
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        loss_value = loss.item()
         bar.set_postfix(loss=f"{loss_value:.3f}")
         if logger is not None:
             logger.log(
@@ -99,7 +136,7 @@ def train_sft(
                     "train/loss": loss_value,
                     "actor/grad_norm": float(grad_norm),
                     "train/lr": schedule.get_last_lr()[0],
-                    "train/pad_share": 1.0 - batch.attention_mask.float().mean().item(),
+                    "train/pad_share": pad_share,
                     "time/step_s": time.perf_counter() - start,
                 }
             )

@@ -1,0 +1,2 @@
+"""Adapters to the engines users already run at scale (DESIGN.md: `integrations` may import
+anything; nothing imports it but `cli`)."""

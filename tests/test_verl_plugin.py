@@ -1,0 +1,39 @@
+"""The verl plugin's tests (`tests/verl/`), run against the real pinned verl in its own
+environment (`tests/verl_env.py`) so that this suite's one command runs them, never skipped;
+and the error a user without verl gets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from verl_env import ROOT, ensure_verl_python
+
+
+def test_the_plugin_tests_pass_against_the_pinned_verl():
+    python = ensure_verl_python()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    run = subprocess.run(
+        [str(python), "-m", "pytest", "tests/verl", "-o", "addopts=-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout and "skipped" not in run.stdout, run.stdout[-2000:]
+
+
+def test_without_verl_the_plugin_names_what_to_install():
+    code = (
+        "import sys; sys.modules['verl'] = None\n"  # importing verl now fails, as when absent
+        "from tirl.integrations.verl import require_verl\n"
+        "require_verl()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode != 0 and "ConfigError: verl is not installed" in run.stderr
+    assert "pip install 'tirl[verl]'" in run.stderr
+
+
+def test_importing_the_plugin_package_does_not_import_verl():
+    code = "import sys, tirl.integrations.verl; print('verl' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"
