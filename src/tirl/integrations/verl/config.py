@@ -200,6 +200,7 @@ def verl_settings(cfg: RunConfig) -> dict[str, Any]:
         f"{_ROLLOUT}.temperature": rl.temperature,
         f"{_ROLLOUT}.seed": cfg.seed,
         "data.max_prompt_length": MAX_PROMPT_TOKENS,
+        "data.filter_overlong_prompts": False,
         _RESPONSE: response,
         "data.train_batch_size": rl.prompts_per_step,
         "data.seed": cfg.seed,

@@ -310,6 +310,9 @@ FIXED: dict[str, str] = {
     f"{_ACTOR}.optim.lr_scheduler_type": "tirl's RL learning rate is constant after warm-up",
     f"{_ACTOR}.shuffle": "tirl draws minibatches from a random permutation of the sequences",
     "data.max_prompt_length": f"a bound of {MAX_PROMPT_TOKENS} tokens; a longer prompt errors",
+    "data.filter_overlong_prompts": "verl's filter templates the `prompt` column itself and, for a"
+    " tokenizer without a chat template (plain prompts), drops every row without a word; the loop"
+    " renders tirl's prompt and stops at one longer than data.max_prompt_length",
     "trainer.project_name": "runs are grouped under 'tirl' in the loggers",
     f"{TIRL_SECTION}.config": "the run config's absolute path, which tirl's loop reads",
     f"{TIRL_SECTION}.overrides": "the command-line overrides given with it",
