@@ -234,6 +234,9 @@ REQUIRED = {
     ("synth", "run"): ["--input", "{d}/in.jsonl", "--out", "{d}/out"],
     ("synth", "races"): ["--out", "{d}/out"],
     ("synth", "report"): ["{d}"],
+    ("verl", "data"): ["{d}/mine.txt", "--out", "{d}/t.parquet"],
+    ("verl", "sft-data"): ["{d}/mine.txt", "--out", "{d}/t.parquet"],
+    ("verl", "config"): ["{d}/mine.txt"],
 }
 
 
