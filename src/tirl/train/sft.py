@@ -35,7 +35,10 @@ def length_grouped_batches(
     random batches, but `window` steps' rows at a time, sorted by length and cut into batches
     that are then shuffled. A batch is padded to its longest row, so grouping rows of similar
     length cuts the padded tokens that cost compute and train nothing; which rows are seen, and
-    how often, does not change. `window` 1 is plain random batches."""
+    how often, does not change. `window` 1 is plain random batches. What a batch mixes does
+    change: where lengths follow the kind of demonstration (code or direct answer), batches
+    become all of one kind and the model learns differently (BENCHMARKS.md, SFT batching);
+    `sft_backward`'s micro-batches save padding without that."""
     for start in range(0, steps, window):
         k = min(window, steps - start)
         rows = torch.randint(len(lengths), (k * batch_size,), generator=generator).tolist()
