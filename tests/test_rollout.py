@@ -108,3 +108,35 @@ def test_text_only_rollouts_never_call_the_sandbox(scripted_model, tokenizer):
 
     (traj,) = asyncio.run(main())
     assert traj.tool_calls == [] and all(s.kind is not SegmentKind.TOOL for s in traj.segments)
+
+
+def _text_only(model, tokenizer, settings, limit_now=None):
+    """A greedy text-only rollout of "D:\\n"; `limit_now`: the rollout's max_model_tokens_now."""
+
+    async def main():
+        engine = HFEngine(model, tokenizer.eos_token_id, seed=0)
+        rollout = Rollout(engine, tokenizer, None, max_model_tokens_now=limit_now)
+        (traj,) = await rollout.run_many(["D:\n"], settings)
+        engine.close()
+        return traj
+
+    return asyncio.run(main())
+
+
+def test_a_limit_that_shrinks_with_the_reply_is_as_if_it_held_from_the_start(
+    scripted_model, tokenizer
+):
+    """verl's stage expansion settles a trajectory's limit when its first reply says which
+    policy version sampled it: the result must be the trajectory sampled under that limit."""
+    settings = RolloutSettings(max_model_tokens=12, temperature=0.0, use_tools=False)
+    short = _text_only(scripted_model, tokenizer, settings)
+    assert short.finish_reason == "length"
+    reads = [30]  # the first read: the request asks for 30 tokens; then 12
+
+    def limit_now():
+        return reads.pop() if reads else 12
+
+    cut = _text_only(scripted_model, tokenizer, settings, limit_now)
+    assert not reads and cut.num_model_tokens == 12
+    assert cut.ids == short.ids and cut.finish_reason == "length"
+    assert len(cut.segments[-1].logprobs) == 12

@@ -205,6 +205,40 @@ def test_a_trajectory_never_samples_past_verls_response_length(
     _check_against_server(_row_views(out, chat_tokenizer), server)
 
 
+def test_stages_expand_when_a_versions_truncation_rate_exceeds_the_threshold(
+    agent_worker_factory, policy, chat_tokenizer, scripted
+):
+    """AgentMath §3.3 under verl: stage 0 truncates the five-block task (1 of 1 > 10%), so the
+    next version's trajectories run under stage 1; a refill under version 0 stays at stage 0
+    (its first request asks for stage 1's limit, and the reply is cut to stage 0's)."""
+    stages = (
+        "rl.stages=[{max_model_tokens: 24, tool_budget: 1},"
+        " {max_model_tokens: 160, tool_budget: 4}]"
+    )
+    server = HFServer(policy, chat_tokenizer, version=0)
+    overrides = [stages, "rl.expansion_threshold=0.1", "name=verl-stages-test"]
+    worker, config, tmp = agent_worker_factory(server, **{"tirl.overrides": overrides})
+    rows = rows_of([scripted.many_blocks])
+
+    def step(version: int):
+        server.version = version
+        first = len(server.calls)
+        out = generate(worker, dataset_batch(rows, config, worker.tokenizer, tmp))
+        return out.non_tensor_batch, server.calls[first:]
+
+    info, _ = step(0)
+    assert info["max_model_tokens"][0] == 24 and info["tool_budget"][0] == 1
+    assert info["truncated"][0] == 1.0 and info["model_tokens"][0] == 24
+
+    info, calls = step(0)  # dynamic sampling's refill, same step
+    assert calls[0]["params"]["max_tokens"] == 160  # asked under the guess...
+    assert info["max_model_tokens"][0] == 24 and info["model_tokens"][0] == 24  # ...cut to 24
+
+    info, calls = step(1)  # the next step
+    assert info["max_model_tokens"][0] == 160 and info["tool_budget"][0] == 4
+    assert info["tool_calls"][0] == 4 and info["model_tokens"][0] > 24
+
+
 def _without_task(row):
     row["extra_info"]["tirl_task"] = None
     return "no extra_info.tirl_task"
@@ -238,7 +272,8 @@ def test_a_bad_row_is_a_one_line_error(
         ({"sandbox": {"kind": "docker"}}, "tirl.sandbox.kind"),
         ({"sandbox": {"kind": "http"}}, "urls"),
         ({"overrides": ["variants=[code,text]"]}, "exactly one of code / text"),
-        ({"overrides": ["rl.stages=[{max_model_tokens: 64, tool_budget: 2}]"]}, "rl.stages"),
+        ({"start_stage": 1}, "tirl.start_stage must be a stage index of rl.stages (0 to 0)"),
+        ({"start_stage": "1"}, "tirl.start_stage"),
     ],
 )
 def test_bad_loop_settings_are_one_line_errors(run_config_path, section, message):
@@ -246,7 +281,7 @@ def test_bad_loop_settings_are_one_line_errors(run_config_path, section, message
 
     from tirl.integrations.verl.agent_loop import loop_setup
 
-    if section.get("sandbox") or section.get("overrides") or "sandbx" in section:
+    if set(section) & {"sandbox", "overrides", "sandbx", "start_stage"}:
         section = {"config": str(run_config_path), **section}
     with pytest.raises(ConfigError) as err:
         loop_setup(OmegaConf.create({"tirl": section}))

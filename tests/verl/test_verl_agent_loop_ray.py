@@ -9,7 +9,7 @@ import asyncio
 import os
 
 import pytest
-from conftest import HFServer, dataset_batch, rows_of
+from conftest import HFServer, dataset_batch, generate, rows_of
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +63,25 @@ def test_the_loop_runs_its_code_on_a_ray_sandbox_pool(
     tool_text = chat_tokenizer.decode([i for i, m in zip(ids, mask) if m == 0])
     assert "TimeoutError" in tool_text  # the actor's timeout, shown to the model as text
     assert mask[-1] == 1 and info["tool_errors"][1] >= 1.0
+
+
+def test_the_stage_board_is_one_named_actor_for_every_worker(
+    local_ray, agent_worker_factory, policy, chat_tokenizer, scripted
+):
+    """Inside Ray the loops' truncation counts go to the named actor `tirl-stages:<run name>`,
+    which any worker of the job (here: the test itself) finds by name."""
+    import ray
+
+    stages = (
+        "rl.stages=[{max_model_tokens: 24, tool_budget: 1}, {max_model_tokens: 64, tool_budget: 2}]"
+    )
+    overrides = [stages, "name=verl-stages-ray-test"]
+    server = HFServer(policy, chat_tokenizer, version=3)
+    worker, config, tmp = agent_worker_factory(server, **{"tirl.overrides": overrides})
+    batch = dataset_batch(rows_of([scripted.many_blocks]), config, worker.tokenizer, tmp)
+    generate(worker, batch)
+
+    board = ray.get_actor("tirl-stages:verl-stages-ray-test")
+    view = ray.get(board.view.remote())
+    assert view.tallies == {3: (1, 1)}  # the five-block task was cut at 24 tokens
+    assert view.stage(4) == 1 and view.stage(3) == 0

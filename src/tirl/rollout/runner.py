@@ -185,12 +185,19 @@ class Rollout:
         max_tool_calls: int | None = None,
         policy_version: int = 0,
         tool_budget_now: Callable[[], int] | None = None,
+        max_model_tokens_now: Callable[[], int] | None = None,
     ) -> None:
         """`tool_budget_now()`, when given, is the tool budget at the moment a code block
         closes, in place of `RolloutSettings.tool_budget` (a schedule over policy versions
-        that change while a trajectory runs, as under verl's asynchronous trainers)."""
+        that change while a trajectory runs, as under verl's asynchronous trainers).
+        `max_model_tokens_now()`, when given, is the model-token limit, read before each
+        request and again when its reply is in: a limit that can only shrink once the reply
+        reports which policy version sampled it (verl's stage expansion). A reply longer than
+        the limit then allows is cut there and ends the trajectory with "length", exactly as
+        if it had been sampled under that limit: sampling goes left to right."""
         self.engine = engine
         self.tool_budget_now = tool_budget_now
+        self.max_model_tokens_now = max_model_tokens_now
         self.tokenizer = tokenizer
         self.sandbox = sandbox
         self.policy_version = policy_version
@@ -329,7 +336,7 @@ class Rollout:
         seg_token_cap = settings.segment_tokens if segmented else None
         seg_call_cap = settings.segment_tool_calls if segmented else None
         while True:
-            left = settings.max_model_tokens - traj.num_model_tokens
+            left = self._model_token_limit(settings) - traj.num_model_tokens
             max_new = left if seg_token_cap is None else min(left, seg_token_cap - seg_tokens)
             turn = _turn_ids(traj)
             stop = BlockClosed(self.decode, protocol, tuple(turn)) if settings.use_tools else None
@@ -343,34 +350,45 @@ class Rollout:
                     **_call_seed(traj),
                 )
             run.feed = []
-            seg_tokens += len(out.ids)
-            if out.ids:
+            ids, logprobs, finish = out.ids, out.logprobs, out.finish_reason
+            limit = self._model_token_limit(settings)
+            room = max(0, limit - traj.num_model_tokens)
+            if len(ids) > room:  # the limit the reply's policy version allows is smaller
+                ids, finish = ids[:room], "length"
+                logprobs = None if logprobs is None else logprobs[:room]
+            seg_tokens += len(ids)
+            if ids:
                 self._append(
                     traj,
-                    Segment(SegmentKind.MODEL, out.ids, self.decode(out.ids), out.logprobs),
+                    Segment(SegmentKind.MODEL, ids, self.decode(ids), logprobs),
                     self.policy_version,
                 )
-            if out.finish_reason != "boundary":
-                spent = traj.num_model_tokens >= settings.max_model_tokens
+            if finish != "boundary":
+                spent = traj.num_model_tokens >= limit
                 seg_spent = seg_token_cap is not None and seg_tokens >= seg_token_cap
-                if out.finish_reason == "length" and seg_spent and not spent:
+                if finish == "length" and seg_spent and not spent:
                     return True  # the segment budget ran out, not the trajectory's
-                traj.finish_reason = out.finish_reason
+                traj.finish_reason = finish
                 return False
-            code = protocol.closed_block(self.decode(turn + out.ids))
+            code = protocol.closed_block(self.decode(turn + ids))
             call = await self._tool_call(run, code, settings)
             traj.tool_calls.append(call)
             tool_text = protocol.render_output(call.output_text)
             run.feed = self.encode_tool_output(tool_text)
             self._append(traj, Segment(SegmentKind.TOOL, run.feed, tool_text), None)
             seg_calls += 1
-            if traj.num_model_tokens >= settings.max_model_tokens:
+            if traj.num_model_tokens >= self._model_token_limit(settings):
                 traj.finish_reason = "length"
                 return False
             if seg_call_cap is not None and seg_calls >= seg_call_cap:
                 return True
             if seg_token_cap is not None and seg_tokens >= seg_token_cap:
                 return True
+
+    def _model_token_limit(self, settings: RolloutSettings) -> int:
+        if self.max_model_tokens_now is None:
+            return settings.max_model_tokens
+        return self.max_model_tokens_now()
 
     async def _tool_call(self, run: _Run, code: str, settings: RolloutSettings) -> ToolCall:
         executed = [c for c in run.traj.tool_calls if c.status != "skipped"]

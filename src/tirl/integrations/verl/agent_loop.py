@@ -34,8 +34,14 @@ tirl's own trainer counts steps done). When a code block closes, its budget is
 within a step of the synchronous trainer, per request under the fully-async one (whose version
 counts parameter syncs, so its `rl.steps` must be the number of syncs). Validation rows (the
 task's split is "test") use `eval.max_model_tokens` and `eval.tool_budget`, as tirl's own
-evaluation; training rows `rl.max_model_tokens`. `rl.stages` (AgentMath's stage expansion)
-is not run by this loop yet: a config with stages is refused.
+evaluation; training rows `rl.max_model_tokens`.
+
+AgentMath's stage expansion (§3.3; `rl.stages`, `rl.expansion_threshold`): a training
+trajectory takes the model-token limit and tool budget of the stage the run's board gives it
+when it starts, and reports whether it was truncated under the policy version that started it;
+the board (`tirl.integrations.verl.stages`: a named Ray actor shared by every worker) moves the
+stage on when a version's truncation rate exceeds the threshold. With stages, the budget
+schedule is not used (as in tirl's own trainer).
 
 Sandbox: one per worker process, made on first use and shared by its trajectories
 (`worker_sandbox`): a local `tirl.sandbox.Sandbox` by default (sessions forked on the node the
@@ -65,14 +71,17 @@ The verl config keys this loop reads (Hydra: `+tirl.<key>=...`, they are not in 
     tirl.sandbox.kind      local | ray | http (default local)
     tirl.sandbox.urls      `tirl sandbox serve` base URLs (kind http)
     tirl.sandbox.actors    sandbox actors of a RaySandboxPool (kind ray, default 1)
+    tirl.start_stage       the expansion stage a resumed run starts from (default 0; the
+                           board is not in verl's checkpoints)
 
 and from verl's own: `actor_rollout_ref.rollout.{prompt_length, response_length, name,
 full_determinism}`, `actor_rollout_ref.model.path` (its generation config's end-of-sequence
 ids). From the run config: `protocol`, `rl.boundary`, `prompt.chat`, `prompt.system`,
 `variants` (exactly one: code or text), `sandbox.*`, `rl.{steps, max_model_tokens,
 budget_schedule, reward, reward_params, composite_*, overlong_buffer, overlong_penalty,
-mask_tool_output, stages}`, `eval.{max_model_tokens, tool_budget}`. Sampling (temperature,
-top_p, top_k, log-probs, greedy validation) comes from verl's sampling parameters.
+mask_tool_output, stages, expansion_threshold}`, `eval.{max_model_tokens, tool_budget}`.
+Sampling (temperature, top_p, top_k, log-probs, greedy validation) comes from verl's sampling
+parameters.
 
 A trajectory whose engine request or sandbox start failed is not trained on with a made-up
 reward: the loop raises, and verl's step fails with the error (DESIGN.md invariant 6; the
@@ -119,6 +128,7 @@ from tirl.integrations.verl.data import (  # noqa: E402
 )
 from tirl.integrations.verl.engine import PARAM_NAMES, VerlServerEngine, new_request_id  # noqa: E402
 from tirl.integrations.verl.estimators import register_estimators  # noqa: E402
+from tirl.integrations.verl.stages import SharedStages, StageView, shared_stages  # noqa: E402
 from tirl.protocol import Protocol, get_protocol  # noqa: E402
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory  # noqa: E402
 from tirl.rewards.toolstats import tool_stats  # noqa: E402
@@ -132,7 +142,7 @@ from tirl.train.rl import configured_reward, is_truncated  # noqa: E402
 AGENT_LOOP_YAML = (
     f"- name: {AGENT_LOOP_NAME}\n  _target_: tirl.integrations.verl.agent_loop.TirlAgentLoop\n"
 )
-SECTION_KEYS = ("config", "overrides", "sandbox")  # what `tirl.*` may hold
+SECTION_KEYS = ("config", "overrides", "sandbox", "start_stage")  # what `tirl.*` may hold
 EVAL_SPLIT = "test"  # tasks of this split are validation rows (`tirl verl data`'s data.eval)
 ERROR_FINISHES = ("error", "cancelled")
 
@@ -167,16 +177,51 @@ class LoopSetup:
     use_tools: bool
     reward: Callable[[Trajectory], float]
     placement: SandboxPlacement
+    start_stage: int = 0
 
-    def limits(self, evaluating: bool) -> tuple[int, Callable[[int | None], int]]:
-        """(model-token limit, tool budget as a function of the policy version)."""
-        if evaluating:
-            budget = self.run.eval.tool_budget
-            return self.run.eval.max_model_tokens, lambda version: budget
+    def stages(self) -> SharedStages:
+        """The run's expansion-stage board (only with `rl.stages`)."""
         rl = self.run.rl
-        return rl.max_model_tokens, functools.partial(
-            scheduled_budget, rl.budget_schedule, total_steps=rl.steps
+        return shared_stages(
+            self.run.name, rl.expansion_threshold, len(rl.stages), self.start_stage
         )
+
+    async def limits(self, evaluating: bool) -> TrajectoryLimits:
+        """The limits of a trajectory starting now (with stages: the board as it is now)."""
+        staged = bool(self.run.rl.stages) and not evaluating
+        return TrajectoryLimits(
+            self.run, evaluating, await self.stages().view() if staged else None
+        )
+
+
+@dataclass(frozen=True)
+class TrajectoryLimits:
+    """A trajectory's model-token limit and tool budget, given the policy versions its engine
+    has seen so far: evaluation's (validation rows); the expansion stage of the version it
+    started under (`rl.stages`, `view` is the board it read); or `rl.max_model_tokens` and
+    CIR's budget schedule at the newest version."""
+
+    run: RunConfig
+    evaluating: bool
+    view: StageView | None = None
+
+    def stage(self, engine: VerlServerEngine) -> int | None:
+        return None if self.view is None else self.view.stage(engine.min_version)
+
+    def model_tokens(self, engine: VerlServerEngine) -> int:
+        if self.evaluating:
+            return self.run.eval.max_model_tokens
+        if self.view is not None:
+            return self.run.rl.stages[self.stage(engine)].max_model_tokens
+        return self.run.rl.max_model_tokens
+
+    def tool_budget(self, engine: VerlServerEngine) -> int:
+        if self.evaluating:
+            return self.run.eval.tool_budget
+        rl = self.run.rl
+        if self.view is not None:
+            return rl.stages[self.stage(engine)].tool_budget
+        return scheduled_budget(rl.budget_schedule, engine.policy_version, rl.steps)
 
 
 def scheduled_budget(schedule: list[list[float]], version: int | None, total_steps: int) -> int:
@@ -216,11 +261,12 @@ def _setup_from(section_json: str) -> LoopSetup:
             f" one of code / text, got {run.variants}",
             "variants",
         )
-    if run.rl.stages:
+    start_stage = section.get("start_stage", 0)
+    if not isinstance(start_stage, int) or not 0 <= start_stage < max(1, len(run.rl.stages)):
         raise ConfigError(
-            "rl.stages (AgentMath's stage expansion) is not run by tirl's verl agent loop yet;"
-            " use rl.max_model_tokens and rl.budget_schedule",
-            "rl.stages",
+            f"{TIRL_SECTION}.start_stage must be a stage index of rl.stages"
+            f" (0 to {max(0, len(run.rl.stages) - 1)}), got {start_stage!r}",
+            f"{TIRL_SECTION}.start_stage",
         )
     protocol = get_protocol(run.protocol, run.rl.boundary)
     return LoopSetup(
@@ -230,6 +276,7 @@ def _setup_from(section_json: str) -> LoopSetup:
         use_tools=run.variants[0] == "code",
         reward=configured_reward(run.rl),
         placement=placement,
+        start_stage=start_stage,
     )
 
 
@@ -364,7 +411,7 @@ def response_arrays(
     return prompt, ids, mask, logprobs
 
 
-def reward_extra_info(traj: Trajectory, budget: int) -> dict[str, float]:
+def reward_extra_info(traj: Trajectory, budget: int, max_model_tokens: int) -> dict[str, float]:
     """`acc` and the tool statistics as numbers (verl averages them per data source in its
     validation metrics, so every sample has the same keys and no None)."""
     stats = tool_stats(traj)
@@ -379,6 +426,7 @@ def reward_extra_info(traj: Trajectory, budget: int) -> dict[str, float]:
         "tool_tokens": float(stats["tool_tokens"]),
         "truncated": float(is_truncated(traj)),
         "tool_budget": float(budget),
+        "max_model_tokens": float(max_model_tokens),
     }
 
 
@@ -426,7 +474,7 @@ class TirlAgentLoop(AgentLoopBase):
                 " raise data.max_prompt_length or set data.filter_overlong_prompts=True"
             )
         evaluating = task.split == EVAL_SPLIT
-        max_model_tokens, budget_of = setup.limits(evaluating)
+        limits = await setup.limits(evaluating)
         sandbox = None
         if setup.use_tools:
             sandbox = await worker_sandbox(setup.placement, setup.run.sandbox)
@@ -437,12 +485,13 @@ class TirlAgentLoop(AgentLoopBase):
             engine,
             self.tokenizer,
             sandbox,
-            tool_budget_now=lambda: budget_of(engine.policy_version),
+            tool_budget_now=lambda: limits.tool_budget(engine),
+            max_model_tokens_now=lambda: limits.model_tokens(engine),
         )
         engine.on_version = functools.partial(setattr, rollout, "policy_version")
         settings = RolloutSettings(
-            max_model_tokens=max_model_tokens,
-            tool_budget=budget_of(None),
+            max_model_tokens=limits.model_tokens(engine),
+            tool_budget=limits.tool_budget(engine),
             temperature=float(sampling_params.get("temperature", 1.0)),
             use_tools=setup.use_tools,
             max_output_chars=setup.run.sandbox.max_output_chars,
@@ -455,6 +504,11 @@ class TirlAgentLoop(AgentLoopBase):
                 f" {traj.finish_reason}: {traj.meta.get('error')}"
             )
         traj = cut_response(traj, response_length, rollout.decode)
+        max_model_tokens = limits.model_tokens(engine)
+        if limits.view is not None:
+            await setup.stages().report(
+                _started_under(engine, task), is_truncated(traj), limits.stage(engine)
+            )
 
         start = time.perf_counter()
         score_trajectory(traj, task)
@@ -479,7 +533,9 @@ class TirlAgentLoop(AgentLoopBase):
                 "num_preempted": -1 if engine.num_preempted is None else engine.num_preempted,
             },
             extra_fields={
-                "reward_extra_info": reward_extra_info(traj, budget_of(engine.policy_version)),
+                "reward_extra_info": reward_extra_info(
+                    traj, limits.tool_budget(engine), max_model_tokens
+                ),
                 "finish_reason": traj.finish_reason,
                 "task_id": task.id,
                 "policy_version": engine.policy_version,
@@ -519,6 +575,17 @@ class TirlAgentLoop(AgentLoopBase):
             cached = (self.tokenizer, settings.renderer(self.tokenizer))
             self._renderers[key] = cached
         return cached[1]
+
+
+def _started_under(engine: VerlServerEngine, task) -> int:
+    """The policy version a trajectory started under (what its stage-board report counts for);
+    stage expansion cannot count steps without it."""
+    if engine.min_version is None:
+        raise RuntimeError(
+            f"tirl agent loop, task {task.id}: rl.stages needs the policy version of every"
+            " response (verl's extra_fields['global_steps']), and the server reported none"
+        )
+    return engine.min_version
 
 
 def _describe(settings: PromptSettings) -> str:
