@@ -1,10 +1,12 @@
 """RL run alone or as one rank of a gloo group with FSDP2 (test_trainer.py).
 
-    python tests/dist_update_worker.py update IN_DIR OUT_FILE [micro_batch_size]
+    python tests/dist_update_worker.py update IN_DIR OUT_FILE [micro_batch_size [bf16-too]]
     python tests/dist_update_worker.py rl OUT_FILE
 
 `update`: one `RLTrainer.update` on a fixed batch: `IN_DIR/model.pt` (a state dict),
-`IN_DIR/trajs.jsonl` and `IN_DIR/config.json`.
+`IN_DIR/trajs.jsonl` and `IN_DIR/config.json`. With `bf16-too` (ranks only), the same ranks
+then make the same update again from the same weights under FSDP's bfloat16 policy
+(`tirl.train.distributed.fsdp_policy`), and record the dtypes they see (`probe`).
 `rl`: two whole RL steps (rollouts with the sandbox on each rank, gathered, then the update
 and the weight sync into each rank's sampling copy) of a tiny model on arithmetic tasks.
 Rank 0 writes the full parameters after training, and the metrics, to OUT_FILE.
@@ -24,7 +26,13 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from tirl.protocol.segments import Trajectory
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.config import RLConfig
-from tirl.train.distributed import DistContext, init_from_env, shard_model
+from tirl.train.distributed import (
+    DistContext,
+    computes_in_bf16,
+    fsdp_policy,
+    init_from_env,
+    shard_model,
+)
 from tirl.train.rl import RLTrainer
 
 ARITHMETIC = ArithmeticSource()  # the arithmetic items as tirl.tasks.Task
@@ -50,18 +58,50 @@ def full_params(model, ctx: DistContext | None) -> dict:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
-def update(ctx: DistContext | None, in_dir: Path, micro: int) -> tuple[dict, dict]:
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (FSDP2 parameters and gradients), else the tensor."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def update(ctx: DistContext | None, in_dir: Path, micro: int, bf16: bool = False):
+    """One `RLTrainer.update`; returns the full parameters after it, its metrics, and `probe`:
+    the first optimizer step's full gradients and what the dtypes were (weights in forward,
+    sharded parameters, gradients, optimizer state)."""
     torch.manual_seed(0)  # the minibatch order
     model = small_model()
     model.load_state_dict(torch.load(in_dir / "model.pt"))
+    cfg = RLConfig(
+        **json.loads((in_dir / "config.json").read_text()), micro_batch_size=micro, bf16=bf16
+    )
     if ctx is not None:
-        shard_model(model)
-    cfg = RLConfig(**json.loads((in_dir / "config.json").read_text()), micro_batch_size=micro)
+        shard_model(model, fsdp_policy(cfg))
+    probe: dict = {"forward_weight": set(), "grads": None, "bf16_policy": computes_in_bf16(model)}
+
+    def see_weight(block, args) -> None:  # inside the block's FSDP unit, after its all-gather
+        probe["forward_weight"].add(block.up_proj.weight.dtype)
+
+    model.model.layers[0].mlp.register_forward_pre_hook(see_weight)
     lines = (in_dir / "trajs.jsonl").read_text().splitlines()
     trajs = [Trajectory.from_dict(json.loads(line)) for line in lines]
     trainer = RLTrainer(model, None, None, cfg, pad_id=0, use_tools=True, dist=ctx)
+
+    def see_grads(optimizer, args, kwargs) -> None:  # the clipped gradients the step uses
+        if probe["grads"] is None:
+            named = [(k, p.grad) for k, p in model.named_parameters()]
+            probe["grad_dtypes"] = {_local(g).dtype for _, g in named}
+            probe["grads"] = {k: _full(g).detach().clone() for k, g in named}
+
+    trainer.optimizer.register_step_pre_hook(see_grads)
     metrics = trainer.update(trajs, cfg.max_model_tokens)
-    return full_params(model, ctx), metrics
+    probe["param_dtypes"] = {_local(p).dtype for p in model.parameters()}
+    probe["sharded"] = all(hasattr(p, "to_local") for p in model.parameters())
+    states = trainer.optimizer.state.values()
+    probe["optimizer_dtypes"] = {_local(v).dtype for s in states for v in s.values()}
+    return full_params(model, ctx), metrics, probe
 
 
 def rl(ctx: DistContext | None) -> tuple[dict, list[dict]]:
@@ -114,14 +154,19 @@ def rl(ctx: DistContext | None) -> tuple[dict, list[dict]]:
 def main(argv: list[str]) -> None:
     torch.set_num_threads(1)
     ctx = init_from_env("cpu")
+    result: dict = {}
     if argv[0] == "update":
-        out_file = Path(argv[2])
-        params, metrics = update(ctx, Path(argv[1]), int(argv[3]) if len(argv) > 3 else 0)
+        out_file, micro = Path(argv[2]), int(argv[3]) if len(argv) > 3 else 0
+        params, metrics, result["probe"] = update(ctx, Path(argv[1]), micro)
+        if argv[4:] == ["bf16-too"]:
+            assert ctx is not None, "bf16-too needs FSDP ranks"
+            bf16_params, bf16_metrics, bf16_probe = update(ctx, Path(argv[1]), micro, bf16=True)
+            result["bf16"] = {"params": bf16_params, "metrics": bf16_metrics, "probe": bf16_probe}
     else:
         out_file = Path(argv[1])
         params, metrics = rl(ctx)
     if ctx is None or ctx.is_main:
-        torch.save({"params": params, "metrics": metrics}, out_file)
+        torch.save({"params": params, "metrics": metrics, **result}, out_file)
     if ctx is not None:
         torch.distributed.destroy_process_group()
 

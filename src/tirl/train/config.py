@@ -477,7 +477,12 @@ class RLConfig:
         0, ">= 0", "sequences per forward pass (gradient accumulation); 0 = all"
     )
     max_grad_norm: float = setting(1.0, "> 0", "gradient-norm clip")
-    bf16: bool = setting(False, doc="autocast the update to bfloat16 (GPU only)")
+    bf16: bool = setting(
+        False,
+        doc="bfloat16 compute for the update (GPU only): autocast on one process; under"
+        " torchrun FSDP's policy instead (bf16 params in forward/backward, fp32 gradient"
+        " reduction, fp32 master weights and optimizer state)",
+    )
     budget_schedule: list[list[float]] = setting(
         factory=lambda: [[0.0, 2], [0.34, 3], [0.67, 4]],
         doc="[fraction of training done, tool budget] pairs; the last pair reached applies",

@@ -14,6 +14,24 @@ batch does not depend on the number of ranks: N ranks make the update one proces
 
 Backends: NCCL on GPUs, gloo on CPU. On CPU, gloo is pinned to the loopback interface when
 the rendezvous address is loopback, so a single-machine run never looks up the host name.
+
+Mixed precision (`rl.bf16`): `fsdp_policy` gives FSDP2 a `MixedPrecisionPolicy` that
+all-gathers the parameters in bfloat16 and runs forward and backward in it, then reduce-scatters
+the gradients in float32; the sharded parameters each rank keeps (the master weights), their
+gradients and the optimizer state stay in the model's dtype (float32 as loaded for training).
+That halves the all-gather traffic and the memory of the unsharded block, and no rounding
+accumulates in the weights or in the sum of gradients over ranks. verl 0.9.1 makes the same
+choice: its FSDP engine defaults to `param_dtype=bf16, reduce_dtype=fp32` (buffer fp32) when
+`mixed_precision` is unset (`verl/workers/engine/fsdp/transformer_impl.py`,
+`_build_fsdp_module`; `trainer/config/_generated_ppo_trainer.yaml`), with `model_dtype: fp32`
+for the trained actor (`verl/workers/config/engine.py`, `FSDPEngineConfig`). (With
+`model.dtype: bfloat16` the weights themselves are bfloat16: the policy then only reduces the
+gradients in float32, and the weights and Adam's moments stay bfloat16.) Under the policy
+the update does not add `torch.autocast` on top (`tirl.train.update`): see `computes_in_bf16`.
+The log-probabilities and the loss stay float32: `tirl.train.batch.token_logprobs` upcasts the
+(bfloat16) logits before `cross_entropy` / `log_softmax`. The policy works on CPU with gloo too
+(bf16 all-gather, fp32 reduce-scatter; tests/test_trainer.py runs it), but `RunConfig.validate`
+keeps `rl.bf16` for `device: cuda`, where it saves something.
 """
 
 from __future__ import annotations
@@ -21,12 +39,16 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
+from tirl.train.config import RLConfig
 from tirl.train.update import Shard
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
 
 @dataclass(frozen=True)
@@ -66,17 +88,60 @@ def init_from_env(device: str = "cpu") -> DistContext | None:
     return DistContext(dist.get_rank(), dist.get_world_size())
 
 
-def shard_model(model: torch.nn.Module) -> torch.nn.Module:
-    """FSDP2: each transformer block is its own unit, then the root (embeddings, head)."""
-    from torch.distributed.fsdp import fully_shard
+def fsdp_policy(cfg: RLConfig) -> MixedPrecisionPolicy | None:
+    """The FSDP2 `MixedPrecisionPolicy` for `cfg` (`rl.bf16`), or None for full precision.
 
+    bfloat16 parameters in forward and backward, float32 gradient reduction; the sharded
+    master parameters keep the model's dtype (the policy never touches them). The forward's
+    floating-point inputs are cast to bfloat16 too (`cast_forward_inputs`, torch's default and
+    verl's setting); tirl's inputs are token ids and masks, which it leaves alone.
+    """
+    if not cfg.bf16:
+        return None
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+
+# Set on a root module sharded under a bfloat16 policy (read by `computes_in_bf16`): FSDP2 has
+# no public getter for a module's policy.
+_BF16_POLICY_MARK = "_tirl_fsdp_bf16_params"
+
+
+def shard_model(
+    model: torch.nn.Module, mixed_precision: MixedPrecisionPolicy | None = None
+) -> torch.nn.Module:
+    """FSDP2: each transformer block is its own unit, then the root (embeddings, head).
+
+    `mixed_precision`: a `torch.distributed.fsdp.MixedPrecisionPolicy` for every unit (see
+    `fsdp_policy`); None keeps forward, backward and reduction in the model's dtype.
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = mixed_precision or MixedPrecisionPolicy()  # the default: no casts
     blocks = getattr(getattr(model, "model", None), "layers", None)  # Qwen2 / Llama layout
     if blocks is None:
         blocks = getattr(getattr(model, "transformer", None), "h", [])  # GPT-2 layout
     for block in blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    setattr(model, _BF16_POLICY_MARK, policy.param_dtype == torch.bfloat16)
     return model
+
+
+def computes_in_bf16(model: torch.nn.Module) -> bool:
+    """Whether `shard_model` gave `model` a policy that computes in bfloat16.
+
+    Then `tirl.train.update` runs the forward without `torch.autocast`: autocast over bfloat16
+    parameters changes little for Hugging Face decoders (matmuls are bfloat16 either way; their
+    RMSNorm and rotary embeddings upcast to float32 by themselves), and leaving it out keeps the
+    update's forward the same computation as the no-autocast pass that scores the old
+    log-probabilities (`batch_logprobs`), so that the PPO ratio of an unchanged policy is 1 up
+    to kernel differences between batch shapes, not bfloat16-vs-autocast noise. (verl runs both
+    of its passes, log-probs and update, through one `FSDPEngineWithLMHead.forward_step` under
+    one autocast, so its two passes match too.)
+    """
+    return bool(getattr(model, _BF16_POLICY_MARK, False))
 
 
 def broadcast_weights(model: torch.nn.Module, src: int = 0) -> None:

@@ -80,7 +80,13 @@ from tirl.tasks.demos import demo_segment_texts, demo_trajectory, run_demo_codes
 from tirl.tasks.prompts import PLAIN_TEMPLATE, PromptRenderer
 from tirl.tasks.registry import eval_set_tasks
 from tirl.train.config import RunConfig
-from tirl.train.distributed import DistContext, broadcast_weights, init_from_env, shard_model
+from tirl.train.distributed import (
+    DistContext,
+    broadcast_weights,
+    fsdp_policy,
+    init_from_env,
+    shard_model,
+)
 from tirl.train.engines import make_engine
 from tirl.train.metrics import MetricsLogger
 from tirl.train.rl import RLTrainer
@@ -309,7 +315,7 @@ class Pipeline:
         trained = model
         if self.dist is not None:
             broadcast_weights(model)
-            trained = shard_model(copy.deepcopy(model))
+            trained = shard_model(copy.deepcopy(model), fsdp_policy(cfg.rl))
         rollout = self.rollout_for(model, sandbox, use_tools)
         first = cfg.sft.examples
 

@@ -86,7 +86,13 @@ from tirl.train.config import RLConfig
 from tirl.train.curriculum import budget_at
 from tirl.train.distributed import DistContext, gather_in_order, grad_norm_value, sum_over_ranks
 from tirl.train.metrics import MetricsLogger
-from tirl.train.update import Shard, batch_advantages, batch_logprobs, minibatch_loss_backward
+from tirl.train.update import (
+    Shard,
+    batch_advantages,
+    batch_logprobs,
+    minibatch_loss_backward,
+    update_autocast,
+)
 
 FAILED = ("error", "cancelled")  # finish reasons of trajectories left out of training
 TaskAt = Callable[[int], Task]  # the i-th training task; positions make runs resumable
@@ -433,10 +439,12 @@ class RLTrainer:
         )  # [B, T-1]
         # Every rank scores the whole batch here, so the numbers match one process exactly;
         # the backward passes below are what is sharded.
-        old_logprobs = batch_logprobs(self.model, batch, cfg.micro_batch_size)
+        with update_autocast(cfg, self.model, self.device):  # as the update's forward
+            old_logprobs = batch_logprobs(self.model, batch, cfg.micro_batch_size)
         ref_logprobs = None
         if self.reference is not None:
-            ref_logprobs = batch_logprobs(self.reference, batch, cfg.micro_batch_size)
+            with update_autocast(cfg, self.reference, self.device):
+                ref_logprobs = batch_logprobs(self.reference, batch, cfg.micro_batch_size)
 
         self.model.train()
         per_update: list[dict] = []

@@ -80,8 +80,14 @@ def batch_logprobs(model: torch.nn.Module, batch: TokenBatch, micro: int) -> tor
     return torch.cat(parts)
 
 
-def _autocast(cfg: RLConfig, device: torch.device):
-    if cfg.bf16 and device.type == "cuda":
+def update_autocast(cfg: RLConfig, model: torch.nn.Module, device: torch.device):
+    """bfloat16 autocast for `rl.bf16` on a GPU, unless FSDP's mixed-precision policy already
+    runs the model in bfloat16 (`tirl.train.distributed.computes_in_bf16` says why). The
+    passes that score old and reference log-probs run under it too, so that the PPO ratio of
+    an unchanged policy is 1, not bfloat16-vs-float32 noise."""
+    from tirl.train.distributed import computes_in_bf16  # distributed imports this module
+
+    if cfg.bf16 and device.type == "cuda" and not computes_in_bf16(model):
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
@@ -115,7 +121,7 @@ def minibatch_loss_backward(
         weight = agg_count(batch.loss_mask[micro], cfg.loss_agg) / max(1, total)
         micro = micro if len(micro) else rows[:1]
         mb = batch.select(micro)
-        with _autocast(cfg, device):
+        with update_autocast(cfg, model, device):
             logprobs, entropy = token_logprobs(model, mb, with_entropy=True)
         loss, metrics = policy_loss(
             logprobs.float(),
