@@ -275,3 +275,20 @@ def response_logprobs_of(model, batch) -> torch.Tensor:
     picked = logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # [B, P+R-1]
     response_len = batch.batch["responses"].shape[1]
     return picked[:, -response_len:]
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """One local Ray cluster for every test that needs one (starting one takes ~10 s), talking
+    over loopback only (`tirl.sandbox.ray_pool.init_local_ray`)."""
+    import ray
+
+    from tirl.sandbox.ray_pool import init_local_ray
+
+    started = not ray.is_initialized()
+    if started:
+        init_local_ray(num_cpus=1)
+    assert ray.util.get_node_ip_address().startswith("127.")  # loopback only
+    yield
+    if started:
+        ray.shutdown()

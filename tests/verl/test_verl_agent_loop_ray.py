@@ -8,23 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-import pytest
 from conftest import HFServer, dataset_batch, generate, rows_of
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    from tirl.sandbox.ray_pool import init_local_ray
-
-    started = not ray.is_initialized()
-    if started:
-        init_local_ray(num_cpus=1)
-    assert ray.util.get_node_ip_address().startswith("127.")  # loopback only
-    yield
-    if started:
-        ray.shutdown()
 
 
 def test_the_loop_runs_its_code_on_a_ray_sandbox_pool(
