@@ -111,6 +111,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._envs: dict[str, Environment] = {}
+        self._accepting: dict[frozenset[str], tuple[Environment, ...]] = {}
 
     def add(self, env: Environment) -> Environment:
         if env.name in self._envs:
@@ -123,6 +124,7 @@ class Registry:
         if not env.instruction.strip():
             raise EnvironmentError_(f"environment {env.name!r} has an empty instruction")
         self._envs[env.name] = env
+        self.__dict__.get("_accepting", {}).clear()
         return env
 
     def get(self, name: str) -> Environment:
@@ -157,6 +159,15 @@ class Registry:
         for e in self._envs.values():
             graph.setdefault(e.input.name, []).append(e)
         return graph
+
+    def accepting(self, kinds: frozenset[str]) -> tuple[Environment, ...]:
+        """The environments whose input is of one of `kinds`, in registration order (kept per
+        set of kinds: SELECT asks for the same few sets again and again)."""
+        cache = self.__dict__.setdefault("_accepting", {})  # (a registry unpickled from before)
+        found = cache.get(kinds)
+        if found is None:
+            found = cache[kinds] = tuple(e for e in self._envs.values() if e.input.name in kinds)
+        return found
 
     def type_graph(self) -> dict[tuple[str, str], int]:
         """How many environments map each input kind to each output kind: the edges of the

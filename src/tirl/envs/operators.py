@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tirl.envs.core import Chain, Environment, Registry, run_chain
+from tirl.envs.seeding import shuffle
 from tirl.envs.types import AnswerError
 
 OPERATORS = ("sequential", "parallel", "sort", "select")
@@ -191,7 +192,7 @@ def sort(traj: Chain, rng: random.Random) -> OperatorTask:
     xs = _render_states(traj)
     order = list(range(traj.size))
     while traj.size > 1 and order == sorted(order):
-        rng.shuffle(order)  # never show the true order as it is
+        shuffle(rng, order)  # never show the true order as it is
     shown = [traj.envs[i] for i in order]
     letters = _letters(len(shown))
     truth = [letters[order.index(i)] for i in range(traj.size)]
@@ -219,9 +220,9 @@ def executable_distractors(
     look usable (RACES: distractors are executable, not random text)."""
     on_path = set(traj.names())
     states = [traj.x0, *traj.ys[:-1]]
-    kinds = {traj.envs[0].input.name, *(e.output.name for e in traj.envs[:-1])}
-    pool = [e for e in registry if e.input.name in kinds and e.name not in on_path]
-    rng.shuffle(pool)
+    kinds = frozenset((traj.envs[0].input.name, *(e.output.name for e in traj.envs[:-1])))
+    pool = [e for e in registry.accepting(kinds) if e.name not in on_path]
+    shuffle(rng, pool)
     chosen = []
     for e in pool:
         if len(chosen) >= n:
@@ -246,7 +247,7 @@ def select(
     # then it is offered twice, under two letters
     items = [(i, e) for i, e in enumerate(traj.envs)]
     items += [(None, e) for e in executable_distractors(traj, registry, n, rng)]
-    rng.shuffle(items)
+    shuffle(rng, items)
     shown = [e for _, e in items]
     letters = _letters(len(shown))
     positions = [i for i, _ in items]
@@ -309,9 +310,14 @@ def _labelled_lines(block: str, label: str, t: int) -> dict[int, str]:
 
 
 def _step_results(
-    task: OperatorTask, response: str, registry: Registry, label: str
+    task: OperatorTask,
+    response: str,
+    registry: Registry,
+    label: str,
+    states: list[Any] | None = None,
 ) -> list[tuple[bool, str]]:
-    """V_{e_i}(ŷ_i, y_i) for i = 1..t, with the reason for each failure."""
+    """V_{e_i}(ŷ_i, y_i) for i = 1..t, with the reason for each failure. `states`: the stored
+    states already parsed (`score` has them from its check of the task)."""
     envs = [registry.get(n) for n in task.envs]
     t = len(envs)
     try:
@@ -323,24 +329,31 @@ def _step_results(
         if i not in lines:
             results.append((False, f"{label} {i} is missing"))
             continue
-        gold = e.output.parse(task.xs[i])
-        ok, why = e.verify(lines[i], gold)
+        gold = states[i] if states is not None else e.output.parse(task.xs[i])
+        if lines[i] == task.xs[i]:  # the stored text itself: it parses to gold (parse is pure)
+            ok, why = e.verify_value(gold, gold)
+        else:
+            ok, why = e.verify(lines[i], gold)
         results.append((ok, "" if ok else f"{label} {i}: {why}"))
     return results
 
 
-def reward_sequential(task: OperatorTask, response: str, registry: Registry) -> OperatorReward:
+def reward_sequential(
+    task: OperatorTask, response: str, registry: Registry, states: list[Any] | None = None
+) -> OperatorReward:
     """R_Seq = K / t with K the length of the longest correct prefix."""
-    results = _step_results(task, response, registry, "Step")
+    results = _step_results(task, response, registry, "Step", states)
     t = len(results)
     k = next((i for i, (ok, _) in enumerate(results) if not ok), t)
     reason = "" if k == t else results[k][1]
     return OperatorReward(k / t, reason)
 
 
-def reward_parallel(task: OperatorTask, response: str, registry: Registry) -> OperatorReward:
+def reward_parallel(
+    task: OperatorTask, response: str, registry: Registry, states: list[Any] | None = None
+) -> OperatorReward:
     """R_Par = (1/t) Σ V_{e_i}(ŷ_i, y_i)."""
-    results = _step_results(task, response, registry, "Branch")
+    results = _step_results(task, response, registry, "Branch", states)
     reasons = "; ".join(why for ok, why in results if not ok)
     return OperatorReward(sum(ok for ok, _ in results) / len(results), reasons)
 
@@ -357,10 +370,15 @@ def _chosen(task: OperatorTask, response: str) -> list[str]:
     return [task.candidates[offered.index(p)] for p in letters]
 
 
-def _reaches_target(task: OperatorTask, names: list[str], registry: Registry) -> OperatorReward:
+def _reaches_target(
+    task: OperatorTask, names: list[str], registry: Registry, states: list[Any] | None
+) -> OperatorReward:
     envs = [registry.get(n) for n in names]
     first, last = registry.get(task.envs[0]), registry.get(task.envs[-1])
-    x0, target = first.input.parse(task.xs[0]), last.output.parse(task.xs[-1])
+    if states is not None:
+        x0, target = states[0], states[-1]
+    else:
+        x0, target = first.input.parse(task.xs[0]), last.output.parse(task.xs[-1])
     try:
         value = run_chain(envs, x0)
     except Exception as e:  # an order that does not type-check or run scores 0
@@ -370,7 +388,9 @@ def _reaches_target(task: OperatorTask, names: list[str], registry: Registry) ->
     return OperatorReward(1.0)
 
 
-def reward_sort(task: OperatorTask, response: str, registry: Registry) -> OperatorReward:
+def reward_sort(
+    task: OperatorTask, response: str, registry: Registry, states: list[Any] | None = None
+) -> OperatorReward:
     """R_Sort = 1 iff the predicted order of all t operations maps x_0 to y_t."""
     try:
         names = _chosen(task, response)
@@ -378,10 +398,12 @@ def reward_sort(task: OperatorTask, response: str, registry: Registry) -> Operat
         return OperatorReward(0.0, str(e))
     if len(names) != len(task.candidates):
         return OperatorReward(0.0, f"use all {len(task.candidates)} operations, got {len(names)}")
-    return _reaches_target(task, names, registry)
+    return _reaches_target(task, names, registry, states)
 
 
-def reward_select(task: OperatorTask, response: str, registry: Registry) -> OperatorReward:
+def reward_select(
+    task: OperatorTask, response: str, registry: Registry, states: list[Any] | None = None
+) -> OperatorReward:
     """R_Sel = 1 iff the chosen operations, in the chosen order, map x_0 to y_t."""
     try:
         names = _chosen(task, response)
@@ -389,7 +411,7 @@ def reward_select(task: OperatorTask, response: str, registry: Registry) -> Oper
         return OperatorReward(0.0, str(e))
     if not names:
         return OperatorReward(0.0, "no operation was chosen")
-    return _reaches_target(task, names, registry)
+    return _reaches_target(task, names, registry, states)
 
 
 REWARDS = {
@@ -407,6 +429,12 @@ def task_problem(task: OperatorTask, registry: Registry) -> str | None:
     plus the start, environments the registry has, SORT/SELECT candidates that hold the path, and
     stored states that parse back with their environment's types.
     """
+    problem = _check(task, registry)
+    return problem if isinstance(problem, str) else None
+
+
+def _check(task: OperatorTask, registry: Registry) -> str | list[Any]:
+    """`task_problem`'s reason, or the stored states parsed (what the rewards compare with)."""
     if not isinstance(task, OperatorTask):
         return f"a task is a OperatorTask, not {type(task).__name__} (read rows with OperatorTask.from_dict)"
     meta = task.meta if isinstance(task.meta, Mapping) else {}
@@ -436,22 +464,25 @@ def task_problem(task: OperatorTask, registry: Registry) -> str | None:
             return f"unknown environment {name!r}"
     steps = [registry.get(n) for n in envs]
     types = [steps[0].input, *(e.output for e in steps)]
+    states = []
     for i, (kind, value) in enumerate(zip(types, xs)):
         try:
-            kind.parse(value)
+            states.append(kind.parse(value))
         except Exception as e:  # noqa: BLE001 - any failure to read a stored value back
             return f"stored state {i} {value!r} does not parse as {kind.name}: {e}"
-    return None
+    return states
 
 
 def score(task: OperatorTask, response: str, registry: Registry) -> OperatorReward:
     """The operator's reward for `response`. Never raises: a task `task_problem` finds fault with
-    scores 0 with "malformed task: <why>", and a failure while scoring scores 0 with its error."""
-    if (problem := task_problem(task, registry)) is not None:
-        return OperatorReward(0.0, f"malformed task: {problem}")
+    scores 0 with "malformed task: <why>", and a failure while scoring scores 0 with its error.
+    The states the check parsed are the ones the reward compares with (each is parsed once)."""
+    states = _check(task, registry)
+    if isinstance(states, str):
+        return OperatorReward(0.0, f"malformed task: {states}")
     if not isinstance(response, str):
         return OperatorReward(0.0, f"the response is {type(response).__name__}, not text")
     try:
-        return REWARDS[task.operator](task, response, registry)
+        return REWARDS[task.operator](task, response, registry, states)
     except Exception as e:  # noqa: BLE001 - a reward fails closed, an environment's bug included
         return OperatorReward(0.0, f"scoring failed: {type(e).__name__}: {e}")

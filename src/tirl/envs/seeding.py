@@ -11,9 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 SPLITS = ("train", "test")
 TEST_SHARE_DENOMINATOR = 8  # one item in 8 of the whole item space belongs to the test split
+T = TypeVar("T")
 
 
 def _digest(*parts: object) -> int:
@@ -31,3 +34,125 @@ def item_rng(env: str, config_key: str, split: str, seed: int, index: int) -> ra
 def split_of(env: str, content: str) -> str:
     """The one split an item belongs to, decided by its content alone."""
     return "test" if _digest(env, content) % TEST_SHARE_DENOMINATOR == 0 else "train"
+
+
+# The search and the operators draw a full random order of a list again and again (every
+# frontier state orders all its candidates). `random.Random.sample(xs, len(xs))` and
+# `random.Random.shuffle` spend most of their time in a Python-level `_randbelow` call per
+# element; the two functions below make the very same draws inline (one `getrandbits(k)` per
+# try, retried while the value is >= the bound, exactly as CPython's
+# `_randbelow_with_getrandbits`), so they return the same order and leave the generator in the
+# same state, about three times faster. Other generators (subclasses that draw differently) go
+# through the library functions. `tests/test_envs_races.py` checks both against the library.
+
+_BOUNDS: dict[int, tuple[tuple[int, int], ...]] = {}  # n -> ((m, m.bit_length()) for m = n..1)
+
+
+def _bounds(n: int) -> tuple[tuple[int, int], ...]:
+    found = _BOUNDS.get(n)
+    if found is None:
+        found = _BOUNDS[n] = tuple((m, m.bit_length()) for m in range(n, 0, -1))
+    return found
+
+
+def _plain(rng: random.Random) -> bool:
+    return type(rng) is random.Random
+
+
+def permutation(rng: random.Random, items: Sequence[T]) -> list[T]:
+    """`rng.sample(items, len(items))`: all of `items` in a random order, with the same draws."""
+    if not _plain(rng):
+        return rng.sample(items, len(items))
+    pool = list(items)
+    out: list[T] = []
+    append = out.append
+    bits = rng.getrandbits
+    # sample() uses its pool method whenever k == n (the set method is only for k << n)
+    for m, k in _bounds(len(pool)):
+        r = bits(k)
+        while r >= m:
+            r = bits(k)
+        append(pool[r])
+        pool[r] = pool[m - 1]
+    return out
+
+
+def shuffle(rng: random.Random, items: list[Any]) -> None:
+    """`rng.shuffle(items)`, in place, with the same draws."""
+    if not _plain(rng):
+        rng.shuffle(items)
+        return
+    bits = rng.getrandbits
+    for m, k in _bounds(len(items))[:-1]:  # i = n-1 .. 1 draws below i + 1 = m
+        r = bits(k)
+        while r >= m:
+            r = bits(k)
+        items[m - 1], items[r] = items[r], items[m - 1]
+
+
+def advance(rng: random.Random, n: int) -> None:
+    """Make the draws of `permutation(rng, <n items>)` without building the order: the generator
+    ends in the same state, for about half the cost."""
+    if not _plain(rng):
+        rng.sample(range(n), n)
+        return
+    bits = rng.getrandbits
+    for m, k in _bounds(n):
+        if bits(k) >= m:
+            while bits(k) >= m:
+                pass
+
+
+class Drawing:
+    """The order `permutation(rng, items)` gives, drawn one item at a time as it is iterated;
+    `finish()` makes the draws still due, so that `rng` ends where `permutation` leaves it.
+    For a consumer that needs only the first few items of a long random order."""
+
+    __slots__ = ("_rng", "_pool", "_bounds", "_i", "_done")
+
+    def __init__(self, rng: random.Random, items: Sequence[Any]) -> None:
+        self._rng = rng
+        self._i = 0
+        if _plain(rng):
+            self._pool = list(items)
+            self._bounds = _bounds(len(self._pool))
+            self._done = False
+        else:  # drawn at once by the library
+            self._pool = rng.sample(items, len(items))
+            self._bounds = ()
+            self._done = True
+
+    def __iter__(self) -> Drawing:
+        return self
+
+    def __next__(self) -> Any:
+        if self._done:
+            if self._i < len(self._pool):
+                self._i += 1
+                return self._pool[self._i - 1]
+            raise StopIteration
+        i = self._i
+        if i >= len(self._bounds):
+            raise StopIteration
+        m, k = self._bounds[i]
+        bits = self._rng.getrandbits
+        r = bits(k)
+        while r >= m:
+            r = bits(k)
+        pool = self._pool
+        item = pool[r]
+        pool[r] = pool[m - 1]
+        self._i = i + 1
+        return item
+
+    def finish(self) -> None:
+        if self._done:
+            return
+        bits = self._rng.getrandbits
+        for m, k in self._bounds[self._i :]:
+            if bits(k) >= m:
+                while bits(k) >= m:
+                    pass
+        self._i = len(self._bounds)
+        self._done = True
+        self._pool = []
