@@ -1,0 +1,550 @@
+"""tirl's RL step against TRL's GRPOTrainer, and tirl with the interpreter against text-only.
+
+    python bench/peers.py [--quick] [--steps 5] [--threads 1] [--model PATH] [--out FILE]
+                          [--what-if] [--profile N] [--no-trl] [--no-tools]
+
+Three contenders train the same policy on the same tasks, one RL step at a time, their steps
+interleaved (the order rotates every step) so that all see the same load on a shared machine:
+- `TRL GRPOTrainer`: TRL's trainer, text-only (its tool calling needs a chat model), in a
+  process of its own in TRL's venv (`bench/peers_trl.py`);
+- `tirl text-only`: `tirl.train.rl.RLTrainer` as `tirl train` builds it (the pipeline's
+  engine, rollout and trainer), without the interpreter;
+- `tirl with tools`: the same, with the sandbox on (tirl's quickstart: code blocks run as they
+  close, tool budget 2).
+
+Matched for all three (printed side by side): the policy (tirl's tiny Qwen2, loaded by path
+from one `save_pretrained` folder), the tasks (tirl's arithmetic source, the same prompts in
+the same order, tokenized to the same ids), 8 prompts x 8 samples per step, 64 model tokens,
+temperature 1 (no top-p / top-k), 2 optimizer updates per step over minibatches of 32 rows,
+one forward pass per minibatch (no gradient accumulation), old log-probs scored in passes of
+32, no KL (no reference model), clip 0.2 / 0.28, token-mean loss, float32, no vLLM, the same
+torch thread count. Rewards are tirl's (+1 / -1 by the task's scorer) in both trainers.
+
+The policy is the quickstart's model after a short SFT on code demonstrations (so that it
+ends its answers and calls the interpreter), made once and kept in
+`~/.cache/tirl/peers-policy-<hash>` (about 90 s on 2 cores); `--model` uses a saved tirl
+policy instead (e.g. a quickstart run's `runs/quickstart/code/sft`).
+
+Reported per contender (medians over the measured steps, after one warm-up step): seconds
+per RL step, sampled tokens/s over the whole step and over sampling alone, and where the step
+goes: sampling (tirl: with the tool calls), scoring (old log-probs and rewards), update (the
+optimizer steps and the rest). TRL lives in its own venv so that it cannot change the main
+environment's torch or transformers; without it, the TRL column is left out with a one-line
+hint saying how to get it. `pad share` is the share of tirl's update batch that is padding
+(rows are padded to the step's longest trajectory).
+
+`--what-if` adds a fourth contender: tirl text-only whose update takes the sampler's
+log-probs (same weights, temperature 1) as the old ones instead of a scoring pass, a change
+tirl does not have; it measures what that change would save. `--profile N` lists the torch ops
+tirl's steps spend most time in, over every thread (the sampler runs in a thread of its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TRL_VERSION = "1.16.0"  # the newest TRL, and it runs on the main environment's transformers 5.24
+TRL_VENV = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tirl" / "trl-venv"
+TRL_HINT = (
+    f"TRL not found in {TRL_VENV}: python -m venv --system-site-packages {TRL_VENV} &&"
+    f" {TRL_VENV}/bin/pip install trl=={TRL_VERSION}   (then run this again)"
+)
+TRL_SCRIPT = Path(__file__).with_name("peers_trl.py")
+
+# The quickstart preset's code SFT, shortened: every demonstration calls the interpreter, so a
+# short run already ends its answers and writes code (tool calls ~1 per trajectory).
+POLICY_SFT = [
+    "variants=[code]", "sft.steps=150", "sft.examples=1000", "sft.code_share=1.0",
+    "sft.lr=0.002", "sft.batch_size=32", "rl.steps=0",
+]  # fmt: skip
+# The RL step being compared: the quickstart's, with old log-probs scored in passes of 32 rows
+# as TRL does (rl.micro_batch_size 0 would score all 64 at once; an update's minibatch is 32
+# rows either way).
+RL_STEP = ["sft.steps=0", "rl.micro_batch_size=32", "rl.warmup_steps=0"]
+
+TRL, TEXT, TOOLS = "TRL GRPOTrainer", "tirl text-only", "tirl with tools"
+REUSE = "tirl text-only, no scoring pass (what-if)"
+
+
+# ---------------------------------------------------------------------- the policy
+def run_config(overrides: list[str]):
+    from tirl.cli import preset_path
+    from tirl.config import load_config
+    from tirl.train.config import RunConfig
+
+    return load_config(RunConfig, preset_path("quickstart"), overrides)
+
+
+def cached_policy(threads: int) -> Path:
+    """The SFT'd policy all contenders start from: made once, then read from the cache."""
+    import tirl
+
+    key = json.dumps([POLICY_SFT, getattr(tirl, "__version__", "")]).encode()
+    folder = TRL_VENV.parent / f"peers-policy-{hashlib.sha256(key).hexdigest()[:10]}"
+    policy = folder / "code" / "sft"
+    if (policy / "config.json").is_file():
+        return policy
+    print(f"making the policy once (short code SFT, ~90 s) into {folder}", flush=True)
+    from tirl.sandbox import Sandbox
+    from tirl.train.pipeline import Pipeline, quiet_transformers
+
+    cfg = run_config([*POLICY_SFT, f"threads={threads}"])
+    quiet_transformers(cfg)
+    folder.mkdir(parents=True, exist_ok=True)
+    pipeline = Pipeline(cfg, folder, evaluation=None)
+    pipeline.prepare()
+
+    async def sft() -> None:
+        async with Sandbox(cfg.sandbox.limits(), preload=tuple(cfg.sandbox.preload)) as sandbox:
+            await pipeline.train_sft("code", pipeline.make_model(), sandbox, use_tools=True)
+
+    asyncio.run(sft())
+    pipeline.logger.close()
+    return policy
+
+
+# ---------------------------------------------------------------------- tirl's side
+class TirlSide:
+    """tirl's RLTrainer as `tirl train` builds it (`Pipeline.rl`), stepped one step at a time,
+    with clocks around scoring."""
+
+    def __init__(
+        self, cfg, sandbox, use_tools: bool, run_dir: Path, reuse_sampler_logprobs: bool = False
+    ) -> None:
+        import tirl.train.rl as rl
+        from tirl.train.pipeline import Pipeline, run_protocol
+
+        self.clock = StepClock(reuse_sampler_logprobs)
+        clock = self.clock
+        pipeline = Pipeline(cfg, run_dir, evaluation=None)
+        pipeline.prepare()
+        model = pipeline.make_model()
+        self.pipeline = pipeline
+        self.rollout = pipeline.rollout_for(model, sandbox, use_tools)
+        first = cfg.sft.examples
+
+        class TimedRLTrainer(rl.RLTrainer):
+            def score(self, trajs, max_tokens):
+                start = time.perf_counter()
+                super().score(trajs, max_tokens)
+                clock.add("reward_s", time.perf_counter() - start)
+                clock.add("sampled_tokens", sum(t.num_model_tokens for t in trajs))
+                clock.add("tool_tokens", sum(t.num_tool_tokens for t in trajs))
+                clock.add("tool_calls", sum(len(t.tool_calls) for t in trajs))
+                clock.add("tool_s", sum(c.duration_s for t in trajs for c in t.tool_calls))
+                clock.lengths += [len(t.ids) for t in trajs]
+
+        self.trainer = TimedRLTrainer(  # the arguments Pipeline.rl passes
+            model,
+            self.rollout,
+            lambda i: pipeline.mixture.item("train", first + i),
+            cfg.rl,
+            pad_id=pipeline.tokenizer.pad_token_id,
+            use_tools=use_tools,
+            prompt_of=pipeline.prompt_ids,
+            protocol=run_protocol(cfg),
+            max_output_chars=cfg.sandbox.max_output_chars,
+            logger=None,
+            variant="code" if use_tools else "text",
+            seed=cfg.seed,
+        )
+
+    async def step(self, ops: OpTimes | None = None) -> dict:
+        self.clock.reset()
+        decode_steps = getattr(self.rollout.engine, "steps", 0)
+        if ops is None:
+            metrics = await self.trainer.step()
+        else:
+            with ops.recording():
+                metrics = await self.trainer.step()
+        c = self.clock.counts
+        logprob_s = c.get("logprob_s", 0.0)
+        return {
+            "step_s": metrics["time/step_s"],
+            "sample_s": metrics["time/rollout_s"] - c.get("reward_s", 0.0),
+            "score_s": logprob_s + c.get("reward_s", 0.0),
+            "update_s": metrics["time/step_s"] - metrics["time/rollout_s"] - logprob_s,
+            "sampled_tokens": c.get("sampled_tokens", 0),
+            "tool_tokens": c.get("tool_tokens", 0),
+            "tool_calls": c.get("tool_calls", 0),
+            "tool_s": c.get("tool_s", 0.0),
+            "padded_share": padded_share(self.clock.lengths),
+            "engine_steps": getattr(self.rollout.engine, "steps", 0) - decode_steps,
+            # mean |old - sampler| log-prob over model tokens: how far the what-if's shortcut
+            # (the sampler's log-probs as the old ones) is from the scoring pass it skips
+            "logprob_gap": metrics.get("rollout/logprob_gap", float("nan")),
+            "updated": metrics["train/updated"],
+        }
+
+    async def close(self) -> None:
+        from tirl.backends.engine import close_engine
+
+        await close_engine(self.rollout.engine)
+        self.pipeline.logger.close()
+
+
+def padded_share(lengths: list[int]) -> float:
+    """The share of the update's token positions that are padding: tirl's batch is right-padded
+    to its longest trajectory (`tirl.train.batch.collate`)."""
+    return 1 - sum(lengths) / (len(lengths) * max(lengths)) if lengths else 0.0
+
+
+class StepClock:
+    """Sums of what one step spent, filled by the timed trainer and the log-prob wrapper."""
+
+    current: StepClock | None = None  # the side whose step is running
+
+    def __init__(self, reuse_sampler_logprobs: bool = False) -> None:
+        self.counts: dict[str, float] = {}
+        self.lengths: list[int] = []
+        self.reuse_sampler_logprobs = reuse_sampler_logprobs
+
+    def reset(self) -> None:
+        self.counts = {}
+        self.lengths = []  # tokens of each trajectory sampled
+        StepClock.current = self
+
+    def add(self, key: str, value: float) -> None:
+        self.counts[key] = self.counts.get(key, 0) + value
+
+
+class OpTimes:
+    """Self CPU time per torch op, summed over the steps recorded (torch.profiler sees the
+    sampler's thread too, which a Python profiler of the event loop's thread would not)."""
+
+    def __init__(self) -> None:
+        self.self_us: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.wall_s = 0.0
+
+    @contextlib.contextmanager
+    def recording(self):
+        from torch._C._profiler import _ExperimentalConfig
+        from torch.profiler import ProfilerActivity, profile
+
+        every_thread = _ExperimentalConfig(profile_all_threads=True)
+        start = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU], experimental_config=every_thread) as prof:
+            yield
+        self.wall_s += time.perf_counter() - start
+        for event in prof.key_averages():
+            self.self_us[event.key] = self.self_us.get(event.key, 0.0) + event.self_cpu_time_total
+            self.calls[event.key] = self.calls.get(event.key, 0) + event.count
+
+    def table(self, top: int, steps: int) -> str:
+        ranked = sorted(self.self_us.items(), key=lambda kv: -kv[1])
+        total_s = sum(self.self_us.values()) / 1e6
+        rows = [
+            (key, f"{us / 1e6 / steps:.3f}", f"{self.calls[key] / steps:.0f}")
+            for key, us in ranked[:top]
+        ]
+        rows.append(("(all torch ops)", f"{total_s / steps:.3f}", ""))
+        rows.append(("(step wall time, profiled)", f"{self.wall_s / steps:.3f}", ""))
+        return table(("op", "s/step", "calls/step"), rows)
+
+
+def time_old_logprobs() -> None:
+    """Clock tirl's scoring pass (old log-probs, `tirl.train.update.batch_logprobs`) as the
+    RL trainer calls it. The what-if side skips the pass and takes the log-probs the sampler
+    reported for the same weights (`TokenBatch.sampler_logprobs`, temperature 1) instead."""
+    import tirl.train.rl as rl
+
+    inner = rl.batch_logprobs
+
+    def timed(model, batch, micro):
+        clock = StepClock.current
+        start = time.perf_counter()
+        if clock is not None and clock.reuse_sampler_logprobs:
+            out = batch.sampler_logprobs.clone()
+        else:
+            out = inner(model, batch, micro)
+        if clock is not None:
+            clock.add("logprob_s", time.perf_counter() - start)
+        return out
+
+    rl.batch_logprobs = timed
+
+
+# ---------------------------------------------------------------------- TRL's side
+class TrlFailed(RuntimeError):
+    """The TRL side stopped; its log says why."""
+
+
+class TrlMissing(TrlFailed):
+    """TRL is not importable in its venv."""
+
+
+class TrlSide:
+    """TRL's GRPOTrainer in its venv (`bench/peers_trl.py`), one RL step per `step()`."""
+
+    def __init__(self, spec: dict, log_path: Path) -> None:
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [str(TRL_VENV / "bin" / "python"), str(TRL_SCRIPT), json.dumps(spec)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            env={**os.environ, "TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"},
+        )  # fmt: skip
+        self.info = self.read("built")
+        self.info.update(self.read("ready"))
+
+    def read(self, event: str) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith("PEERS "):
+                record = json.loads(line[len("PEERS ") :])
+                if record["event"] == "missing":
+                    raise TrlMissing(record["error"])
+                if record["event"] == event:
+                    return record
+        tail = self.log_path.read_text().strip().splitlines()[-1:] or ["no output"]
+        raise TrlFailed(f"the TRL side stopped (its log: {self.log_path}): {tail[0]}")
+
+    async def step(self, ops: None = None) -> dict:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        r = await asyncio.to_thread(self.read, "step")
+        return {
+            "step_s": r["step_s"],
+            "sample_s": r["generate_s"],
+            "score_s": r["generate_and_score_s"] - r["generate_s"],
+            "update_s": r["step_s"] - r["generate_and_score_s"],
+            "sampled_tokens": r["sampled_tokens"],
+        }
+
+    async def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("stop\n")
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+def start_trl(spec: dict, log_path: Path) -> TrlSide | None:
+    """The TRL side, or None with a one-line note saying why it is left out."""
+    if not (TRL_VENV / "bin" / "python").is_file():
+        print(TRL_HINT, flush=True)
+        return None
+    try:
+        return TrlSide(spec, log_path)
+    except TrlMissing:
+        print(TRL_HINT, flush=True)
+    except TrlFailed as exc:
+        print(f"TRL left out: {exc}", flush=True)
+    return None
+
+
+def trl_spec(cfg, policy: Path, prompt_ids: list[int], total_steps: int) -> dict:
+    """What the TRL side needs to train exactly tirl's step (see peers_trl.py)."""
+    from tirl.tasks.prompts import PLAIN_TEMPLATE
+
+    rl = cfg.rl
+    return {
+        "model": str(policy), "threads": cfg.threads, "seed": cfg.seed,
+        "train_sources": [dict(e) for e in cfg.data.train], "first_task": cfg.sft.examples,
+        "template": PLAIN_TEMPLATE, "first_prompt_ids": prompt_ids,
+        "prompts_per_step": rl.prompts_per_step, "group_size": rl.group_size,
+        "updates_per_step": rl.updates_per_step, "max_model_tokens": rl.max_model_tokens,
+        "temperature": rl.temperature, "lr": rl.lr, "max_grad_norm": rl.max_grad_norm,
+        "clip_low": rl.clip_low, "clip_high": rl.clip_high, "total_steps": total_steps,
+        "reward_config": {"reward": rl.reward},
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------------- the run
+async def run(args, policy: Path) -> dict:
+    import torch
+
+    from tirl.sandbox import Sandbox
+    from tirl.train.pipeline import quiet_transformers
+
+    cfg = run_config([*RL_STEP, f"model.name_or_path={policy}", f"threads={args.threads}"])
+    quiet_transformers(cfg)
+    time_old_logprobs()
+    total = 1 + args.steps  # one warm-up step
+    load_before = os.getloadavg()
+    sides: dict = {}
+    out = {"load_before": load_before, "policy": str(policy), "threads": args.threads}
+    with tempfile.TemporaryDirectory(prefix="tirl-peers-") as tmp:
+        async with Sandbox(cfg.sandbox.limits(), preload=tuple(cfg.sandbox.preload)) as sandbox:
+            sides[TEXT] = TirlSide(cfg, sandbox, False, Path(tmp) / "text")
+            if not args.no_tools:
+                sides[TOOLS] = TirlSide(cfg, sandbox, True, Path(tmp) / "tools")
+            if args.what_if:
+                sides[REUSE] = TirlSide(cfg, sandbox, False, Path(tmp) / "reuse", True)
+            if not args.no_trl:
+                task0 = sides[TEXT].pipeline.mixture.item("train", cfg.sft.examples)
+                spec = trl_spec(cfg, policy, sides[TEXT].pipeline.prompt_ids(task0), total)
+                trl = start_trl(spec, TRL_VENV.parent / "peers-trl.log")
+                if trl is not None:
+                    sides[TRL] = trl
+                    out["trl"] = trl.info
+            engine = sides[TEXT].rollout.engine
+            out["tirl_sampler"] = f"{type(engine).__name__}, kv_cache " + str(
+                getattr(engine, "kv_cache", "padded")
+            )
+            names = list(sides)
+            profiles = {n: OpTimes() for n in (TEXT, TOOLS) if args.profile and n in sides}
+            steps: dict[str, list[dict]] = {name: [] for name in names}
+            try:
+                for k in range(total):
+                    order = names[k % len(names) :] + names[: k % len(names)]
+                    for name in order:
+                        profile = profiles.get(name) if k > 0 else None
+                        record = await sides[name].step(profile)
+                        steps[name].append(record)
+                        print(f"step {k}{' (warm-up)' if k == 0 else ''} {name}:"
+                              f" {record['step_s']:.2f} s", flush=True)  # fmt: skip
+            finally:
+                for side in sides.values():
+                    await side.close()
+    out.update(load_after=os.getloadavg(), torch_threads=torch.get_num_threads(), steps=steps)
+    out["summary"] = {name: summarize(records[1:]) for name, records in steps.items()}
+    for name, ops in profiles.items():
+        out.setdefault("profiles", {})[name] = ops.table(args.profile, len(steps[name]) - 1)
+    return out
+
+
+def summarize(records: list[dict]) -> dict:
+    """Medians over the measured steps; tokens/s per step, then their median."""
+    med = {k: statistics.median(r[k] for r in records) for k in records[0] if k != "updated"}
+    med["tokens_per_s"] = statistics.median(r["sampled_tokens"] / r["step_s"] for r in records)
+    med["sample_tokens_per_s"] = statistics.median(
+        r["sampled_tokens"] / r["sample_s"] for r in records
+    )
+    med["steps"] = len(records)
+    return med
+
+
+# ---------------------------------------------------------------------- printing
+def config_table(cfg, trl: dict | None, threads: int, sampler: str) -> str:
+    """tirl's settings beside the ones TRL reported it trained with."""
+    rl = cfg.rl
+    a = (trl or {}).get("args", {})
+
+    def trl_value(*keys: str, fmt: str = "{}") -> str:
+        return fmt.format(*(a[k] for k in keys)) if all(k in a for k in keys) else "-"
+
+    b = rl.prompts_per_step * rl.group_size
+    rows = [
+        ("policy", "one save_pretrained folder", "the same folder, by path"),
+        ("dtype", cfg.model.dtype, (trl or {}).get("dtype", "-")),
+        ("prompts x samples per step", f"{rl.prompts_per_step} x {rl.group_size}",
+         trl_value("generation_batch_size", "num_generations", fmt="{0} rows, {1} per prompt")),
+        ("model tokens", rl.max_model_tokens, trl_value("max_completion_length")),
+        ("temperature / top-p / top-k", f"{rl.temperature} / 1 / off",
+         trl_value("temperature", "top_p", "top_k", fmt="{} / {} / {}")),
+        ("optimizer updates per step", rl.updates_per_step,
+         trl_value("steps_per_generation", "num_iterations",
+                   fmt="{} (steps_per_generation; num_iterations {})")),
+        ("rows per forward-backward pass", f"{b // rl.updates_per_step} (minibatch, "
+         f"micro_batch_size {rl.micro_batch_size})",
+         trl_value("per_device_train_batch_size", "gradient_accumulation_steps",
+                   fmt="{} (gradient_accumulation_steps {})")),
+        ("old log-probs", f"scored in passes of {rl.micro_batch_size}",
+         trl_value("per_device_train_batch_size", fmt="scored in passes of {}")),
+        ("loss", f"{rl.policy_loss} {rl.clip_low} / {rl.clip_high}, {rl.loss_agg}",
+         trl_value("loss_type", "epsilon", "epsilon_high", fmt="{} {} / {}")),
+        ("KL", f"kl_coef {rl.kl_coef}, no reference", trl_value("beta", fmt="beta {}")),
+        ("reward", f"{rl.reward}, task scorer", "tirl's, same scorer"),
+        ("sampler", f"{sampler}, continuous batching",
+         trl_value("use_vllm", fmt="model.generate (use_vllm {})")),
+        ("gradient checkpointing", cfg.model.gradient_checkpointing,
+         trl_value("gradient_checkpointing")),
+        ("optimizer", "AdamW (torch)", trl_value("optim")),
+        ("torch threads", threads, (trl or {}).get("threads", "-")),
+    ]  # fmt: skip
+    return table(("setting", "tirl", "TRL"), rows)
+
+
+def result_table(summary: dict) -> str:
+    """One row per contender: medians, and the speed-up over TRL's step time."""
+    base = summary.get(TRL)
+    rows = []
+    for name, s in summary.items():
+        speedup = f"{base['step_s'] / s['step_s']:.2f}x" if base else "-"
+        pad = f"{s['padded_share']:.2f}" if "padded_share" in s else "-"
+        rows.append((
+            name, f"{s['step_s']:.2f}", f"{s['tokens_per_s']:.0f}",
+            f"{s['sample_tokens_per_s']:.0f}", f"{s['sampled_tokens']:.0f}",
+            f"{s['sample_s']:.2f}", f"{s['score_s']:.2f}", f"{s['update_s']:.2f}",
+            f"{s.get('tool_calls', 0):.0f}", pad, speedup,
+        ))  # fmt: skip
+    head = ("contender", "s/step", "sampled tok/s", "tok/s while sampling", "tokens/step",
+            "sampling s", "scoring s", "update s", "tool calls", "pad share", "vs TRL")  # fmt: skip
+    return table(head, rows)
+
+
+def table(head: tuple, rows: list[tuple]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=5, help="measured RL steps (after 1 warm-up)")
+    parser.add_argument("--quick", action="store_true", help="3 measured steps")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, every contender")
+    parser.add_argument("--model", help="a saved tirl policy (default: the cached short SFT)")
+    parser.add_argument("--no-trl", action="store_true", help="tirl only")
+    parser.add_argument("--no-tools", action="store_true", help="leave out tirl with tools")
+    parser.add_argument(
+        "--what-if", action="store_true",
+        help="add tirl text-only with the sampler's log-probs as the old ones (no scoring pass:"
+        " not a tirl setting today, a measured estimate of what that change would give)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N",
+        help="print the N torch ops tirl's measured steps spent most time in, every thread"
+        " (torch.profiler; it slows the steps, so take the timings from a run without it)",
+    )  # fmt: skip
+    parser.add_argument("--out", help="write every step's record as JSON here")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps = 3
+    if args.steps < 1 or args.threads < 1:
+        parser.error("--steps and --threads must be >= 1")
+    if args.model and not (Path(args.model) / "config.json").is_file():
+        parser.error(f"--model {args.model}: no saved policy there (config.json missing)")
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    start = time.perf_counter()
+    policy = Path(args.model) if args.model else cached_policy(args.threads)
+    try:
+        out = asyncio.run(run(args, policy))
+    except TrlFailed as exc:  # stopped mid-run
+        raise SystemExit(f"peers: {exc}") from None
+    cfg = run_config([*RL_STEP, f"model.name_or_path={out['policy']}"])
+    print()
+    print(config_table(cfg, out.get("trl"), args.threads, out["tirl_sampler"]))
+    print()
+    print(result_table(out["summary"]))
+    trl = out.get("trl", {})
+    versions = ", ".join(f"{k} {v}" for k, v in trl.get("versions", {}).items())
+    print(f"\nmedians of {args.steps} steps after 1 warm-up, order rotated every step;"
+          f" load {out['load_before'][0]:.2f} before, {out['load_after'][0]:.2f} after;"
+          f" {time.perf_counter() - start:.0f} s in all. {versions}")  # fmt: skip
+    for name, text in out.get("profiles", {}).items():
+        print(f"\ntorch ops of {name} (self CPU time per step, all threads):\n{text}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
