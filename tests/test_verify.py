@@ -129,6 +129,14 @@ def test_reasons_say_why_not(verifier):
     assert reasons[8] == "equivalent"
 
 
+def test_numbers_in_different_bases_differ(verifier):
+    # math-verify drops the subscript: `204_5` matched `204_7` until a guard compared values.
+    pairs = [("204_5", "204_7"), ("204_5", "204_{5}"), ("5_8", "5_7"), ("52_8", "42")]
+    verdicts = verifier.verify_batch(pairs)
+    assert [v.correct for v in verdicts] == [False, True, True, False]
+    assert verdicts[0].reason == "guard: numbers in a base differ"
+
+
 def test_identical_answers_are_equal_even_where_sympy_reads_complex_infinity(verifier):
     # `12:00`, `5:00` and `\frac{1}{0}` parse to zoo, which math-verify does not equate to itself.
     same = ["12:00", "5:00", "\\frac{1}{0}", "\\text{(C)}", "(10^{7})!"]
@@ -136,6 +144,10 @@ def test_identical_answers_are_equal_even_where_sympy_reads_complex_infinity(ver
     verdicts = verifier.verify_batch([(s, s) for s in same])
     assert [s for s, v in zip(same, verdicts) if not v.correct] == []
     respaced = [("12:00", "$12:00$"), ("\\frac{1}{0}", "\\frac {1}{0}"), ("5:00", " 5:00 ")]
+    respaced += [
+        ("\\frac{1}{0}", "\\dfrac{1}{0}"),
+        ("\\left(\\frac{1}{0}\\right)", "(\\frac{1}{0})"),
+    ]
     assert all(v.correct for v in verifier.verify_batch(respaced))
     different = [("12:00", "12:30"), ("5:00", "6:00"), ("\\text{New York}", "\\text{NewYork}")]
     assert not any(v.correct for v in verifier.verify_batch(different))
@@ -149,10 +161,15 @@ def test_a_whole_solution_is_judged_by_its_one_box(verifier):
     assert verifier.verify("1,2", "\\boxed{1}, \\boxed{2}").correct
 
 
+# Pairs only sympy decides (the fast path refuses `i` and `\sin`): they reach the workers.
+SYMPY_PAIRS = [(f"{k}+{k + 1}i", f"{k + 1}i+{k}") for k in range(8)]
+
+
 def test_verify_batch_keeps_order_and_runs_duplicates_once(verifier):
     pairs = [("1", "1"), ("2", "3"), ("1", "1"), ("4", None), ("\\frac12", "0.5")] * 20
-    verdicts = verifier.verify_batch(pairs)
-    assert [v.correct for v in verdicts] == [True, False, True, False, True] * 20
+    pairs += [("1+2i", "2i+1"), ("1+2i", "2i+3"), ("\\sin^2 x+\\cos^2 x", "1")] * 5
+    expected = [True, False, True, False, True] * 20 + [True, False, True] * 5
+    assert [v.correct for v in verifier.verify_batch(pairs)] == expected
     assert verifier.verify_batch([]) == []
 
 
@@ -163,11 +180,11 @@ def test_timeout_kills_the_stuck_worker_and_replaces_it(verifier):
     assert verdict == Verdict(False, "timed out after 1 s") and verdict.timed_out
     assert elapsed < 1.0 + MARGIN_S
     # Both workers answer again: the killed one was replaced.
-    assert all(v.correct for v in verifier.verify_batch([(str(i), str(i)) for i in range(8)]))
+    assert all(v.correct for v in verifier.verify_batch(SYMPY_PAIRS))
 
 
 def test_batch_timeouts_are_per_pair(verifier):
-    pairs = [("1", STUCK), ("2", "2"), ("1", STUCK), ("3", "3")]
+    pairs = [("1", STUCK), ("2+i", "i+2"), ("1", STUCK), ("3+i", "i+3")]
     verdicts = verifier.verify_batch(pairs, timeout_s=0.5)
     assert [v.timed_out for v in verdicts] == [True, False, True, False]
     assert [v.correct for v in verdicts] == [False, True, False, True]
@@ -252,9 +269,14 @@ def test_many_threads_share_one_verifier(verifier):
     errors: list[str] = []
 
     def run(k: int) -> None:
-        for i in range(5):
-            if not verifier.verify(f"\\frac{{{k}}}{{{i + 1}}}", f"{k}/{i + 1}").correct:
-                errors.append(f"{k}/{i + 1}")
+        for i in range(5):  # half the pairs need sympy, half the fast path decides
+            gold, pred = (
+                (f"{k}+{i}i", f"{i}i+{k}")
+                if i % 2
+                else (f"\\frac{{{k}}}{{{i + 1}}}", f"{k}/{i + 1}")
+            )
+            if not verifier.verify(gold, pred).correct:
+                errors.append(f"{gold} vs {pred}")
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
     for t in threads:

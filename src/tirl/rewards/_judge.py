@@ -1,13 +1,21 @@
 """The judge behind `tirl.rewards.verify`: math-verify plus the guards against its false
-positives. It runs inside the verifier's worker processes (sympy and math-verify are imported
-there only); `judge` is also callable directly, with no timeout, for debugging.
+positives, and a fast path ahead of it. It runs inside the verifier's worker processes (sympy
+and math-verify are imported there only); `quick_verdict`, the part that needs no sympy, also
+runs in the caller's process; `judge` is callable directly, with no timeout, for debugging.
 
 Each guard names the case that motivated it; guards only ever turn a "yes" into a "no" (or refuse
 before calling math-verify), so they cannot add false positives of their own. Three narrow string
 steps come before math-verify and can say "yes" where it would not, each checked against the
 labelled cases (0 false positives): a text holding exactly one `\\boxed{}` is judged by that box;
-answers identical up to whitespace LaTeX ignores are equal; and a decimal comma (`1000,99`) is
-read as a decimal point where the gold is a plain decimal.
+answers identical up to whitespace LaTeX ignores and spellings latex2sympy reads alike
+(`\\dfrac`, `\\left(`) are equal; and a decimal comma (`1000,99`) is read as a decimal point where
+the gold is a plain decimal.
+
+The fast path (`tirl.rewards._fast`, with `tirl.rewards._exact`) then decides most answers without
+sympy: plain numbers and small expressions compared by exact value, numbers against tuples and
+intervals, tuples element by element. It only answers where math-verify plus the guards ("slow"
+mode) would give the same verdict and reason, and leaves the rest to them; tests/test_verify_fast.py
+compares the two on every labelled case.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from __future__ import annotations
 import math
 import re
 from typing import Any, Literal
+
+from tirl.rewards._fast import fast_verdict, same_meaning
 
 _MAX_PRED_CHARS = 1000  # longer predictions are refused: no real answer is this long
 _MAX_DIGITS = 100_000  # an exact value needing more digits than this is refused (`_digits`)
@@ -29,7 +39,8 @@ _ROMAN_E = re.compile(r"\\(?:mathrm|operatorname|mathit|rm|text)\s*(?:\{\s*e\s*\
 # A whole answer in Python's float notation (`1e-10`, `2.5E+3`) is scientific notation; LaTeX
 # parsing read `1e-10` as `1*e - 10` (Euler's e), so `1e-10` vs `2e-10` compared e-10 with 2e-10.
 # Ambiguous only for answers like `2e-1` meant as 2e - 1; those are written with spaces or `\,`.
-_SCIENTIFIC = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))[eE]([+-]?\d+)")
+# (`\d+(?:\.\d*)?`, not `\d+\.?\d*`: the latter backtracks quadratically on a long digit run.)
+_SCIENTIFIC = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d+)")
 _SPACED_THOUSANDS = re.compile(r"-?\d{1,3}(?: \d{3})+(?:\.\d+)?")
 _TEXT_ONLY = re.compile(
     r"\\(?:text|textbf|textrm|mbox|mathrm)\s*\{([^{}\\\d]*[A-Za-z][^{}\\\d]*)\}"
@@ -56,7 +67,6 @@ _UNITS = {
 }  # fmt: skip
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]+")
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_SPACE = re.compile(r"\s+")
 # A decimal comma (`1000,99` for 1000.99), read as one only where the gold is a plain decimal and
 # the digits after the comma are not a thousands group (`1,000` is a thousand).
 _PLAIN_DECIMAL = re.compile(r"-?\d+\.\d+")
@@ -88,22 +98,6 @@ def _sole_box(s: str) -> str | None:
         boxes.append(s[m.end() : i - 1])
         pos = i
     return boxes[0] if len(boxes) == 1 else None
-
-
-def _squeeze(s: str) -> str:
-    """`s` with the whitespace that cannot change its meaning taken out.
-
-    A run of spaces becomes one space between two letters or digits (`\\pi r` is not `\\pir`,
-    `\\text{a b}` is not `\\text{ab}`, `1 2` is left to math-verify) and after a backslash (`\\ `
-    is a command); elsewhere it is dropped, as LaTeX's math mode drops it (`x + 1` is `x+1`).
-    """
-
-    def keep(m: re.Match[str]) -> str:
-        before = s[m.start() - 1] if m.start() else ""
-        after = s[m.end()] if m.end() < len(s) else ""
-        return " " if before == "\\" or (before.isalnum() and after.isalnum()) else ""
-
-    return _SPACE.sub(keep, s)
 
 
 def _prepare(s: str) -> str:
@@ -321,7 +315,23 @@ def _guards(gold: str, pred: str, g: Any, p: Any) -> str | None:
     gu, pu = _units(gold), _units(pred)
     if gu and pu and gu != pu:
         return f"guard: units differ ({', '.join(sorted(gu))} vs {', '.join(sorted(pu))})"
+    if (gv := _in_base(gold)) is not None and (pv := _in_base(pred)) is not None and gv != pv:
+        # math-verify drops the subscript: `204_5` matched `204_7` (found by bench/verify.py).
+        return "guard: numbers in a base differ"
     return _numeric_mismatch(g, p)
+
+
+_IN_BASE = re.compile(r"([0-9A-Za-z]+)_\{?(\d+)\}?")
+
+
+def _in_base(s: str) -> int | None:
+    """The value of a number written in a base (`204_5`, `4210_{5}`), or None."""
+    if (m := _IN_BASE.fullmatch(s.replace(" ", ""))) is None or not 2 <= int(m[2]) <= 36:
+        return None
+    try:
+        return int(m[1], int(m[2]))
+    except ValueError:  # a digit the base does not have
+        return None
 
 
 _PARSE_CONFIG: list[Any] = []
@@ -347,45 +357,87 @@ def _parse(s: str) -> list[Any]:
     )
 
 
-Mode = Literal["guarded", "bare", "boxed"]
-MODES: tuple[str, ...] = ("guarded", "bare", "boxed")
+Mode = Literal["guarded", "slow", "bare", "boxed"]
+MODES: tuple[str, ...] = ("guarded", "slow", "bare", "boxed")
 
 
 def judge(gold: str, prediction: str, mode: Mode = "guarded") -> tuple[bool, str]:
     """Decide one pair in this process, with no timeout. Runs in workers; public for debugging.
 
-    Modes: "guarded" is tirl's pipeline. The two baselines the tests and the benchmark compare
-    it with are "bare", `verify(parse(gold), parse(prediction))`, and "boxed", the same with
-    each answer wrapped in `\\boxed{}` first (as verl does with golds); both use math-verify's
-    defaults with its SIGALRM timeouts off (the pool's timeout applies).
+    Modes: "guarded" is tirl's pipeline: the string steps, the fast path (`quick_verdict`), then
+    math-verify with the guards. "slow" is the same without the fast path, every pair not
+    settled by the string steps going through sympy: the reference the fast path is tested
+    against. The two baselines the tests and the benchmark compare it with are "bare",
+    `verify(parse(gold), parse(prediction))`, and "boxed", the same with each answer wrapped in
+    `\\boxed{}` first (as verl does with golds); both use math-verify's defaults with its SIGALRM
+    timeouts off (the pool's timeout applies).
     """
-    from math_verify import parse, verify
-
     if mode in ("bare", "boxed"):
+        from math_verify import parse, verify
+
         wrap = "\\boxed{{{}}}" if mode == "boxed" else "{}"
         g_mv = parse(wrap.format(gold), parsing_timeout=None)  # type: ignore[arg-type]
         p_mv = parse(wrap.format(prediction), parsing_timeout=None)  # type: ignore[arg-type]
         ok = verify(g_mv, p_mv, timeout_seconds=None)
         return ok, "equivalent" if ok else "not equivalent"
+    gold, pred, verdict = _string_steps(gold, prediction)
+    if verdict is None and mode == "guarded":
+        verdict = fast_verdict(gold, pred)
+    return verdict if verdict is not None else _sympy_verdict(gold, pred)
+
+
+def quick_verdict(gold: str, prediction: str) -> tuple[bool, str] | None:
+    """The "guarded" verdict of `judge` where it needs no sympy, else None.
+
+    String work and integer arithmetic only, on answers of at most `QUICK_MAX_CHARS` characters
+    (longer ones give None), so the verifier runs it in the caller's process, ahead of the
+    worker pool, without a timeout. Where it answers, its answer is the one the "slow" mode
+    gives (tests/test_verify_fast.py checks every labelled case both ways).
+    """
+    if len(gold) > QUICK_MAX_CHARS or len(prediction) > QUICK_MAX_CHARS:
+        return None
+    gold, pred, verdict = _string_steps(gold, prediction)
+    return verdict if verdict is not None else fast_verdict(gold, pred)
+
+
+# The string steps are linear but for a few regular expressions that may backtrack
+# quadratically on adversarial input; at this size they take well under a millisecond.
+QUICK_MAX_CHARS = 1000
+
+
+def _string_steps(gold: str, prediction: str) -> tuple[str, str, tuple[bool, str] | None]:
+    """The steps before math-verify: both answers cleaned up, and a verdict where one is certain.
+
+    All string work, shared by the "guarded" and "slow" modes (they are older than the fast
+    path and define the reference it is tested against).
+    """
     gold, pred = (
         _prepare(box if (box := _sole_box(s)) is not None else s) for s in (gold, prediction)
     )
     if not pred:
-        return False, "no answer"
+        return gold, pred, (False, "no answer")
     # Identical answers are equal, whatever sympy makes of them: `12:00` and `\\frac{1}{0}` both
-    # parse to complex infinity, which math-verify does not count as equal to itself.
-    if _squeeze(gold) == _squeeze(pred):
-        return True, "equivalent"
+    # parse to complex infinity, which math-verify does not count as equal to itself. Identical
+    # means up to whitespace and spellings latex2sympy reads alike (`\\dfrac`, `\\left(`).
+    if same_meaning(gold) == same_meaning(pred):
+        return gold, pred, (True, "equivalent")
     if _PLAIN_DECIMAL.fullmatch(gold) and (m := _DECIMAL_COMMA.fullmatch(pred)):
         pred = f"{m[1]}.{m[2]}"
     if len(pred) > _MAX_PRED_CHARS:
-        return False, f"guard: prediction longer than {_MAX_PRED_CHARS} characters"
+        return gold, pred, (False, f"guard: prediction longer than {_MAX_PRED_CHARS} characters")
     if _nesting(pred) > _MAX_NESTING:
-        return False, f"guard: prediction nested more than {_MAX_NESTING} levels deep"
+        return gold, pred, (False, f"guard: prediction nested more than {_MAX_NESTING} levels deep")
     if _is_text_answer(gold):
         ok = _canon_text(gold) == _canon_text(pred)
-        return ok, "equivalent" if ok else "not equivalent"
-    golds = _parse(gold)
+        return gold, pred, (ok, "equivalent" if ok else "not equivalent")
+    return gold, pred, None
+
+
+def _sympy_verdict(gold: str, pred: str) -> tuple[bool, str]:
+    """math-verify on the prepared answers, with tirl's guards on every "equal" it says."""
+    from math_verify import verify
+
+    golds = list(_parse(gold))
     if (bare := _PERCENT_SIGN.sub("", gold)) != gold:
         # A gold `12.5\%` also accepts `12.5`: the percent sign read as a unit, as math-verify
         # 0.9 already does for integers (`50\%` vs `50`). Only on the gold side: gold 0.5

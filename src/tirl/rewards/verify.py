@@ -15,6 +15,12 @@ adds what a reward function needs around it:
 - Guards against math-verify's false positives, found by testing (each names its case below and
   in `tests/data/verifier_cases.jsonl`). Guards only ever turn a "yes" into a "no" (or refuse
   before calling math-verify), so they cannot add false positives of their own.
+- A fast path in the caller's process, ahead of the pool: most answers are plain numbers or small
+  expressions, which `_judge.quick_verdict` decides with string work and exact rational
+  arithmetic in microseconds, giving the verdict the sympy path gives (tested on every labelled
+  case both ways); and a cache of the pool's verdicts, keyed by (gold, prediction), so a pair
+  seen before (another epoch, another sample of the group) is not sent again. Timeouts and
+  errors are not cached.
 
 Not in scope: extracting the answer from model text (`tirl.rewards.answer`), multiple-choice
 letter matching beyond `\\text{(C)}` vs `C`, and natural-language answers beyond exact word
@@ -39,7 +45,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -47,7 +53,12 @@ from multiprocessing.connection import wait as _mp_wait
 from typing import Any
 
 from tirl.rewards import _verify_worker
-from tirl.rewards._judge import MODES, Mode, judge  # noqa: F401  (judge: for debugging)
+from tirl.rewards._judge import (  # noqa: F401  (judge: for debugging)
+    MODES,
+    Mode,
+    judge,
+    quick_verdict,
+)
 
 
 @dataclass(frozen=True)
@@ -110,7 +121,13 @@ class MathVerifier:
     a worker starts it, and sends up to `chunk_size` pairs per worker round trip. A comparison
     still running at its deadline gets `Verdict(False, "timed out after X s")` at the deadline,
     and its worker is killed and replaced. Calls wait for the workers to start only the first
-    time (up to `start_timeout_s`). Safe to share between threads and event loops.
+    time (up to `start_timeout_s`), even those the fast path answers, so a verifier whose workers
+    cannot start fails on every call, whatever the answers. Safe to share between threads and
+    event loops.
+
+    In "guarded" mode, pairs the fast path (`quick_verdict`) decides never reach a worker; the
+    pool's verdicts are kept in a cache of up to `cache_size` pairs (0: no cache), least
+    recently used first out.
     """
 
     def __init__(
@@ -122,9 +139,12 @@ class MathVerifier:
         mode: Mode = "guarded",
         memory_limit_mb: int | None = 2048,
         start_timeout_s: float = 120.0,
+        cache_size: int = 100_000,
     ) -> None:
-        if workers < 1 or timeout_s <= 0 or chunk_size < 1:
-            raise ValueError("need workers >= 1, timeout_s > 0 and chunk_size >= 1")
+        if workers < 1 or timeout_s <= 0 or chunk_size < 1 or cache_size < 0:
+            raise ValueError(
+                "need workers >= 1, timeout_s > 0, chunk_size >= 1 and cache_size >= 0"
+            )
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
         self.workers, self.timeout_s, self.chunk_size, self.mode = (
@@ -141,6 +161,9 @@ class MathVerifier:
         self._broken: str | None = None
         self._start_failures = 0
         self._ready = threading.Event()
+        self._cache: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
+        self._cache_size = cache_size
+        self._cache_lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -156,6 +179,8 @@ class MathVerifier:
         if (early := _early_verdict(prediction)) is not None:
             return early
         self._wait_ready()
+        if (known := self._known(str(gold), str(prediction))) is not None:
+            return known
         job = self._submit([(str(gold), str(prediction))], timeout, from_now=True)[0]
         try:
             return job.future.result(timeout=timeout + _MARGIN_S)
@@ -172,6 +197,9 @@ class MathVerifier:
             return early
         if not self._ready.is_set():
             await asyncio.to_thread(self._wait_ready)
+        self._wait_ready()  # set by now: raises at once if the workers cannot start
+        if (known := self._known(str(gold), str(prediction))) is not None:
+            return known
         job = self._submit([(str(gold), str(prediction))], timeout, from_now=True)[0]
         try:
             return await asyncio.wait_for(asyncio.wrap_future(job.future), timeout + _MARGIN_S)
@@ -185,12 +213,18 @@ class MathVerifier:
         timeout = self._timeout(timeout_s)
         pairs = [(str(g), p) for g, p in pairs]
         out: list[Verdict | None] = [_early_verdict(p) for _, p in pairs]
+        if any(v is None for v in out):
+            self._wait_ready()
         unique: dict[tuple[str, str], list[int]] = {}
         for i, (g, p) in enumerate(pairs):
             if out[i] is None:
-                unique.setdefault((g, str(p)), []).append(i)
+                out[i] = self._known(g, str(p))
+                if out[i] is None:
+                    unique.setdefault((g, str(p)), []).append(i)
         if unique:
-            self._wait_ready()
+            # Pairs with the same gold travel together: a worker parses that gold once
+            # (math-verify caches parsed LaTeX), not once per worker.
+            unique = dict(sorted(unique.items(), key=lambda item: item[0][0]))
             jobs = self._submit(list(unique), timeout, from_now=False)
             pending = {job.future for job in jobs}
             while pending:  # each job ends by its deadline; this loop only guards the manager
@@ -226,7 +260,30 @@ class MathVerifier:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         return timeout
 
+    def _known(self, gold: str, prediction: str) -> Verdict | None:
+        """The verdict without a worker: the fast path's, or a cached one; None if neither."""
+        if self.mode == "guarded" and (quick := quick_verdict(gold, prediction)) is not None:
+            return Verdict(*quick)
+        if self._cache_size:
+            with self._cache_lock:
+                if (verdict := self._cache.get((gold, prediction))) is not None:
+                    self._cache.move_to_end((gold, prediction))
+                    return verdict
+        return None
+
+    def _remember(self, job: _Job, verdict: Verdict) -> None:
+        """Cache a worker's verdict; timeouts and errors may not recur, so they are not kept."""
+        if not self._cache_size or verdict.reason.startswith("error"):
+            return
+        with self._cache_lock:
+            self._cache[(job.gold, job.pred)] = verdict
+            self._cache.move_to_end((job.gold, job.pred))
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
     def _wait_ready(self) -> None:
+        if self._closed:  # also for pairs the fast path or the cache would answer
+            raise RuntimeError("MathVerifier is closed")
         if not self._ready.wait(self._start_timeout_s) or self._broken:
             raise RuntimeError(self._broken or "math-verify workers did not start in time")
 
@@ -368,7 +425,9 @@ class MathVerifier:
                 if kind == "result":
                     if worker.jobs:
                         job = worker.jobs.popleft()
-                        _resolve(job, Verdict(message[1], message[2]))
+                        verdict = Verdict(message[1], message[2])
+                        self._remember(job, verdict)
+                        _resolve(job, verdict)
                         worker.started = time.monotonic()
                 elif kind == "ready":
                     worker.ready = True
