@@ -1,7 +1,7 @@
 """Rollout benchmarks (issue 6): (a) a simulated cluster, (b) the real HF engine on CPU.
 
     python bench/rollout.py [--part a|b|all] [--quick] [--seeds 5] [--steps 10] [--warmup 4]
-                            [--replicas 8] [--reps 5]
+                            [--replicas 8] [--reps 5] [--kv-cache both|slots|padded] [--profile]
 
 Part (a): step time of four rollout schedules on a simulated cluster.
 
@@ -38,6 +38,13 @@ Both admissions get the same rows (`max_batch`) and the same trajectories per re
   and no new trajectory starts before the whole batch has finished (batch-synchronous);
 - continuous: any trajectory takes a free row at any step, and one waiting on its tool frees
   its row (request-level scheduling, `tirl.rollout.runner`).
+
+Each admission runs with both KV caches in the same repetition (issue 17): "slots", the
+engine's default (`tirl.backends.kv_slots`: a slot per decoding row, no re-padding, a joining
+row's chunk in the same pass as the decoding rows), and "padded", the cache it replaced, as
+the baseline; the order of the four runs is reversed every other repetition. `--profile`
+adds where a step's time goes: one run per admission timed by part, one forward pass's cost
+against its rows, and a decode pass by op category.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import random
 import statistics
 import time
@@ -210,59 +218,271 @@ async def _trajectory(engine: HFEngine, sandbox: Sandbox, key: int, plan: Plan, 
     return tokens
 
 
-async def _one_run(model, plans: list[Plan], w: EngineWorkload, admission: str) -> dict:
-    engine = HFEngine(model, eos_id=-1, max_batch=w.max_batch, admission=admission, seed=0)
+async def _one_run(
+    model,
+    plans: list[Plan],
+    w: EngineWorkload,
+    admission: str,
+    kv_cache: str = "slots",
+    on_engine=None,
+) -> dict:
+    engine = HFEngine(
+        model, eos_id=-1, max_batch=w.max_batch, admission=admission, seed=0, kv_cache=kv_cache
+    )
+    if on_engine is not None:  # the profile's timers
+        on_engine(engine)
     vocab = model.config.vocab_size
     async with Sandbox(SandboxLimits(timeout_s=10)) as sandbox:
         await (await sandbox.session()).close()  # warm the zygote
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         tokens = await asyncio.gather(
             *(_trajectory(engine, sandbox, k, p, vocab) for k, p in enumerate(plans))
         )
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     engine.close()
+    kv = engine.kv
     return {
         "tokens": sum(tokens),
         "wall_s": wall,
+        "cpu_s": cpu,  # this process (engine and event loop), not the sandbox's workers
         "tokens_per_s": sum(tokens) / wall,
         "steps": engine.steps,
         "occupancy": engine.rows_stepped / max(engine.steps, 1),
+        "forwards": getattr(kv, "forwards", engine.steps),
+        "repads": getattr(kv, "repads", 0),
+        "rows_copied": getattr(kv, "saves", 0) + getattr(kv, "loads", 0) + getattr(kv, "moves", 0),
     }
 
 
-def run_part_b(w: EngineWorkload, reps: int, hidden: int = 128) -> dict[str, list[dict]]:
-    """{admission: [result per repetition]}; repetition r uses workload seed r for both."""
+CACHES = ("slots", "padded")  # the slot cache, and the padded cache it replaced (the baseline)
+
+
+def run_part_b(
+    w: EngineWorkload, reps: int, hidden: int = 128, caches=CACHES
+) -> dict[tuple[str, str], list[dict]]:
+    """{(admission, kv cache): [result per repetition]}; repetition r runs workload seed r in
+    every configuration, in an order reversed every other repetition (load drifts)."""
     torch.set_num_threads(1)
     model = tiny_qwen2(hidden)
-    asyncio.run(_one_run(model, draw(w, 999)[:4], w, "continuous"))  # warm-up, not measured
-    results: dict[str, list[dict]] = {"static": [], "continuous": []}
+    for kv_cache in caches:  # warm-up, not measured
+        asyncio.run(_one_run(model, draw(w, 999)[:4], w, "continuous", kv_cache))
+    configs = [(adm, kv) for kv in caches for adm in ("static", "continuous")]
+    results: dict[tuple[str, str], list[dict]] = {c: [] for c in configs}
     for rep in range(reps):
         plans = draw(w, rep)
-        for admission in results:
-            results[admission].append(asyncio.run(_one_run(model, plans, w, admission)))
+        for admission, kv_cache in configs if rep % 2 == 0 else configs[::-1]:
+            run = asyncio.run(_one_run(model, plans, w, admission, kv_cache))
+            results[(admission, kv_cache)].append(run)
     return results
 
 
-def table_b(results: dict[str, list[dict]]) -> str:
-    med = {a: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for a, rs in results.items()}
-    ratios = [
-        c["tokens_per_s"] / s["tokens_per_s"]
-        for s, c in zip(results["static"], results["continuous"])
-    ]
-    rows = [
-        "| admission | model tokens | wall time (s) | tokens/s | decode steps | rows per step |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for a, m in med.items():
-        rows.append(
-            f"| {a} | {m['tokens']:,.0f} | {m['wall_s']:.2f} | {m['tokens_per_s']:,.0f}"
-            f" | {m['steps']:,.0f} | {m['occupancy']:.2f} |"
-        )
-    rows.append(
-        f"\ncontinuous / static tokens/s: median {statistics.median(ratios):.2f}x"
-        f" over {len(ratios)} repetitions (each: {', '.join(f'{r:.2f}x' for r in ratios)})"
+def _ratios(results, num: tuple[str, str], den: tuple[str, str]) -> str:
+    each = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(results[num], results[den])]
+    return (
+        f"median **{statistics.median(each):.2f}x** over {len(each)} repetitions"
+        f" (each: {', '.join(f'{r:.2f}x' for r in each)})"
     )
+
+
+def table_b(results: dict[tuple[str, str], list[dict]]) -> str:
+    med = {c: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for c, rs in results.items()}
+    rows = [
+        "| admission | KV cache | model tokens | wall time (s) | process CPU (s) | tokens/s"
+        " | decode steps | rows per step | forward passes | re-padded steps | rows copied |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (adm, kv), m in med.items():
+        rows.append(
+            f"| {adm} | {kv} | {m['tokens']:,.0f} | {m['wall_s']:.2f} | {m['cpu_s']:.2f}"
+            f" | {m['tokens_per_s']:,.0f}"
+            f" | {m['steps']:,.0f} | {m['occupancy']:.2f} | {m['forwards']:,.0f}"
+            f" | {m['repads']:,.0f} | {m['rows_copied']:,.0f} |"
+        )
+    caches = sorted({kv for _, kv in results}, key=CACHES.index)
+    rows.append("")
+    for kv in caches:
+        rows.append(
+            f"- continuous / static tokens/s, {kv} cache: "
+            + _ratios(results, ("continuous", kv), ("static", kv))
+        )
+    if len(caches) == 2:
+        for adm in ("static", "continuous"):
+            rows.append(
+                f"- slots / padded tokens/s, {adm}: "
+                + _ratios(results, (adm, "slots"), (adm, "padded"))
+            )
     return "\n".join(rows)
+
+
+# ---------------------------------------------------------------- part (b) profile
+
+
+class _Timer:
+    """Wall time spent in the functions it wraps, per label (for `--profile`)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    def wrap(self, obj, name: str, label: str) -> None:
+        inner = getattr(obj, name)
+
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.seconds[label] = self.seconds.get(label, 0.0) + time.perf_counter() - t
+                self.calls[label] = self.calls.get(label, 0) + 1
+
+        setattr(obj, name, timed)  # an instance attribute: the class is untouched
+
+
+def _run_breakdown(model, w: EngineWorkload) -> str:
+    """One run of each admission (slot cache, workload seed 0): where the wall time went."""
+    rows = [
+        "| admission | wall (s) | steps | forward passes | model forward | of which cache"
+        " writes/reads | rest of the step (inputs, sampling) | slot bookkeeping between"
+        " steps | rest (event loop, tools, idle) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for admission in ("static", "continuous"):
+        timer = _Timer()
+
+        def instrument(engine, timer=timer):
+            timer.wrap(engine, "_step", "step")
+            timer.wrap(engine.kv, "arrange", "arrange")
+            timer.wrap(engine.kv.cache, "update", "cache")
+            timer.wrap(model, "forward", "forward")
+
+        try:
+            run = asyncio.run(_one_run(model, draw(w, 0), w, admission, "slots", instrument))
+        finally:
+            del model.forward  # the instance attribute `instrument` set
+        sec, wall, steps = timer.seconds, run["wall_s"], run["steps"]
+        parts = [sec["forward"], sec["cache"], sec["step"] - sec["forward"], sec["arrange"]]
+        parts.append(wall - sec["step"] - sec["arrange"])
+        cells = " | ".join(
+            f"{x:.2f} s ({x / wall:.0%}, {1000 * x / steps:.2f} ms/step)" for x in parts
+        )
+        rows.append(f"| {admission} | {wall:.2f} | {steps:,} | {run['forwards']:,} | {cells} |")
+    return "\n".join(rows)
+
+
+def _median_ms(fn, reps: int = 30) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.thread_time()
+        fn()
+        times.append(time.thread_time() - t)
+    return 1000 * statistics.median(times)
+
+
+def _pass_costs(model, past: int = 128, chunk: int = 25) -> str:
+    """CPU time of one step's forward pass against its rows: a decode step, and one where a
+    row joins with a `chunk`-token tool output; for the padded cache, a decode step that
+    reuses the last batch cache and one that re-pads."""
+
+    rows = [
+        f"| rows | slots: decode (ms) | slots: + a {chunk}-token join (ms)"
+        " | padded: decode, cache reused (ms) | padded: decode, re-padded (ms)"
+        f" | padded: + a {chunk}-token join (ms) |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in (1, 2, 4, 8):
+        rows.append(_pass_costs_row(model, n, past, chunk))
+    return "\n".join(rows)
+
+
+def _pass_costs_row(model, n: int, past: int, chunk: int) -> str:
+    from tirl.backends.hf import PaddedRows
+    from tirl.backends.kv_slots import SlotRows
+
+    keys, prompt, tool, decode = list(range(n)), [[7] * past] * n, [[5] * chunk], [[1]] * n
+    slots = SlotRows(model, n + 1, 4096)
+    slots.arrange(keys, [0] * n, {})
+    slots.forward(keys, prompt, [0] * n)
+    lengths = [past] * n
+
+    def slot_decode():
+        slots.forward(keys, decode, lengths)
+        lengths[:] = [p + 1 for p in lengths]
+
+    slot_ms = _median_ms(slot_decode)
+    at = list(lengths)
+    slots.arrange([*keys, "new"], [*at, 0], {})
+    join_ms = _median_ms(lambda: slots.forward([*keys, "new"], decode + tool, [*at, 0]))
+
+    padded = PaddedRows(model, "cache", True, True)
+    padded.forward(keys, prompt, [0] * n)
+    lengths = [past] * n
+
+    def padded_decode():
+        padded.forward(keys, decode, lengths)
+        lengths[:] = [p + 1 for p in lengths]
+
+    reused_ms = _median_ms(padded_decode)
+    saved, at = dict(padded.caches), list(lengths)
+
+    def repadded():
+        padded.caches, padded._last_decode = dict(saved), None
+        padded.forward(keys, decode, at)
+
+    def joined():
+        padded.caches, padded._last_decode = dict(saved), None
+        padded.forward([*keys, "new"], decode + tool, [*at, 0])
+
+    return (
+        f"| {n} | {slot_ms:.2f} | {join_ms:.2f} | {reused_ms:.2f}"
+        f" | {_median_ms(repadded):.2f} | {_median_ms(joined):.2f} |"
+    )
+
+
+OP_CATEGORIES = {  # torch.profiler op names -> category
+    "attention": ("scaled_dot_product",),
+    "matrix products (linear layers, MLP, LM head)": ("aten::mm", "aten::addmm", "aten::bmm"),
+    "KV writes and reads": ("index_put", "index_select", "aten::index"),
+}
+
+
+def _op_split(model, rows: int, past: int = 128, passes: int = 20) -> str:
+    """Share of a slot decode pass's wall time per op category, and outside ops (Python)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tirl.backends.kv_slots import SlotRows
+
+    keys = list(range(rows))
+    slots = SlotRows(model, rows, 4096)
+    slots.arrange(keys, [0] * rows, {})
+    slots.forward(keys, [[7] * past] * rows, [0] * rows)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t = time.perf_counter()
+        for i in range(passes):
+            slots.forward(keys, [[1]] * rows, [past + i] * rows)
+        wall = time.perf_counter() - t
+    split = dict.fromkeys([*OP_CATEGORIES, "other ops (norms, rotary, elementwise, views)"], 0.0)
+    for event in prof.key_averages():
+        name = next(
+            (c for c, marks in OP_CATEGORIES.items() if any(m in event.key for m in marks)),
+            "other ops (norms, rotary, elementwise, views)",
+        )
+        split[name] += event.self_cpu_time_total / 1e6
+    split["outside ops (Python in transformers and tirl)"] = wall - sum(split.values())
+    return ", ".join(f"{name} {sec / wall:.0%}" for name, sec in split.items())
+
+
+def profile_part_b(w: EngineWorkload, hidden: int) -> None:
+    torch.set_num_threads(1)
+    model = tiny_qwen2(hidden)
+    print(f"\n### Where the time goes (slot cache, workload seed 0; load {_load(os.getloadavg())})")
+    print("\nOne run of each admission, wall time by part (share of the run, per step):\n")
+    print(_run_breakdown(model, w))
+    print("\nOne forward pass against its rows (CPU time, median of 30; rows at 128 tokens):\n")
+    with torch.no_grad():
+        print(_pass_costs(model))
+        for rows in (1, 8):
+            split = _op_split(model, rows)
+            print(f"\nA slot decode pass over {rows} row(s), by op category: {split}")
 
 
 def part_a(a) -> None:
@@ -306,8 +526,10 @@ def part_a(a) -> None:
 
 def part_b(a) -> None:
     w = EngineWorkload(trajectories=24) if a.quick else EngineWorkload()
-    t0 = time.perf_counter()
-    results = run_part_b(w, a.reps, a.hidden)
+    caches = CACHES if a.kv_cache == "both" else (a.kv_cache,)
+    t0, load0 = time.perf_counter(), os.getloadavg()
+    results = run_part_b(w, a.reps, a.hidden, caches)
+    load1 = os.getloadavg()
     print(f"\n## HFEngine on CPU: static vs continuous batching (medians of {a.reps} reps)\n")
     print(table_b(results))
     print("\nParameters:\n")
@@ -316,7 +538,14 @@ def part_b(a) -> None:
         f"- model = random-init Qwen2 (4 layers, hidden {a.hidden}, 4 heads, 2 KV heads, vocab 512)"
     )
     print(f"- torch threads = {torch.get_num_threads()}")
+    print(f"- load average (1, 5, 15 min) before: {_load(load0)}; after: {_load(load1)}")
     print(f"\n(measured in {time.perf_counter() - t0:.0f} s of wall time)")
+    if a.profile:
+        profile_part_b(w, a.hidden)
+
+
+def _load(avg) -> str:
+    return ", ".join(f"{x:.2f}" for x in avg)
 
 
 def main() -> None:
@@ -329,6 +558,17 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--reps", type=int, default=5, help="part b repetitions")
     ap.add_argument("--hidden", type=int, default=128, help="part b model width")
+    ap.add_argument(
+        "--kv-cache",
+        choices=("both", *CACHES),
+        default="both",
+        help="part b: the KV cache(s) to run; both: the padded one is the baseline",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="part b: also where a step's time goes (per-step cost vs rows, op categories)",
+    )
     a = ap.parse_args()
     if a.quick:
         a.seeds, a.steps, a.warmup, a.reps = 2, 6, 4, 2

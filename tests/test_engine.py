@@ -1,10 +1,15 @@
-"""The batched KV-cache sampler against plain full forward passes of the same model."""
+"""The batched KV-cache sampler against plain full forward passes of the same model, and
+the slot cache against the padded cache it replaced (`tirl.backends.kv_slots`)."""
 
 import asyncio
 
+import pytest
 import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from tirl.backends.hf import HFEngine
+from tirl.backends.kv_slots import causal_row_mask
+from tirl.models.tiny import TinyModelSpec, build_model
 
 
 def _reference_logprobs(model, ids: list[int], start: int, sampled: list[int]) -> list[float]:
@@ -13,8 +18,9 @@ def _reference_logprobs(model, ids: list[int], start: int, sampled: list[int]) -
     return [logp[start - 1 + j, t].item() for j, t in enumerate(sampled)]
 
 
-def test_ragged_batched_generation_matches_full_forward(tiny_model, tokenizer):
-    engine = HFEngine(tiny_model, tokenizer.eos_token_id, max_batch=5, seed=0)
+@pytest.mark.parametrize("kv_cache", ["slots", "padded"])
+def test_ragged_batched_generation_matches_full_forward(tiny_model, tokenizer, kv_cache):
+    engine = HFEngine(tiny_model, tokenizer.eos_token_id, max_batch=5, seed=0, kv_cache=kv_cache)
     prompts = [
         tokenizer(f"Problem: Compute {i} * {i + 7}.\n")["input_ids"][: 5 + i] for i in range(9)
     ]
@@ -42,7 +48,10 @@ def test_ragged_batched_generation_matches_full_forward(tiny_model, tokenizer):
             )
             < 1e-4
         )
-    assert engine.reused_steps > 0  # the decode fast path was part of what matched
+    if kv_cache == "padded":
+        assert engine.reused_steps > 0  # the decode fast path was part of what matched
+    else:  # rows left (set aside), rejoined (written back) and were packed (moved)
+        assert engine.kv.saves > 0 and engine.kv.loads > 0 and engine.kv.moves > 0
     engine.close()
 
 
@@ -52,7 +61,7 @@ def test_reusing_the_batch_cache_changes_nothing_sampled(tiny_model, tokenizer):
     prompts = [tokenizer(f"Problem: {i} + {i * 13}\n")["input_ids"] for i in range(6)]
 
     def run(reuse: bool):
-        engine = HFEngine(tiny_model, -1, max_batch=4, reuse_batch_cache=reuse)
+        engine = HFEngine(tiny_model, -1, max_batch=4, reuse_batch_cache=reuse, kv_cache="padded")
 
         async def one(key, prompt):
             a = await engine.generate(key, prompt, max_new_tokens=3 + key, seed=key)
@@ -120,3 +129,209 @@ def test_static_admission_waits_for_the_whole_batch_before_new_keys(tiny_model, 
 
     held_a, held_b, out = asyncio.run(main())
     assert held_a and held_b and len(out.ids) == 3
+
+
+def _seeded_workload(model, prompts, kv_cache: str, admission: str = "continuous"):
+    """More keys than rows, ragged prompts and tool outputs, calls of different lengths (rows
+    leave at different steps and others take them), seeded, unseeded and greedy calls, and a
+    key released and reused for a new sequence. Returns every call's ids and log-probs."""
+    engine = HFEngine(model, -1, max_batch=3, seed=5, kv_cache=kv_cache, admission=admission)
+
+    async def one(key, prompt):
+        outs = []
+        for turn in range(3):
+            feed = prompt if turn == 0 else [3 + key, 4, 5][: 1 + (key + turn) % 3]
+            seed = None if key % 3 == 1 else 10 * key + turn
+            temperature = 0.0 if key == 2 else 1.0
+            outs.append(
+                await engine.generate(
+                    key,
+                    feed,
+                    max_new_tokens=2 + (key * 3 + turn) % 5,
+                    temperature=temperature,
+                    seed=seed,
+                )
+            )
+            if (key + turn) % 2:  # a tool call; without one, the next call comes at once
+                await asyncio.sleep(0.001)
+        engine.release(key)
+        again = await engine.generate(key, prompt[:3], max_new_tokens=3, seed=99 + key)
+        engine.release(key)
+        return outs + [again]
+
+    async def main():
+        return await asyncio.gather(*(one(k, p) for k, p in enumerate(prompts)))
+
+    outs = asyncio.run(main())
+    engine.close()
+    return [(o.ids, o.logprobs) for calls in outs for o in calls], engine
+
+
+@pytest.mark.parametrize("admission", ["continuous", "static"])
+def test_slot_cache_samples_the_ids_and_logprobs_of_the_padded_cache(
+    tiny_model, tokenizer, admission
+):
+    prompts = [tokenizer(f"Problem: {i} * {i + 3} - 1\n")["input_ids"][: 4 + i] for i in range(7)]
+    slots, engine = _seeded_workload(tiny_model, prompts, "slots", admission)
+    padded, _ = _seeded_workload(tiny_model, prompts, "padded", admission)
+    assert engine.kv.saves > 0 and engine.kv.loads > 0  # joins and leaves happened
+    assert [ids for ids, _ in slots] == [ids for ids, _ in padded]
+    gap = max(abs(a - b) for (_, x), (_, y) in zip(slots, padded) for a, b in zip(x, y))
+    assert gap < 1e-5
+
+
+def test_slot_cache_keeps_learned_positions_and_eager_attention_right(tokenizer):
+    """GPT-2 embeds positions from `position_ids` (a wrong position changes the logits), and
+    eager attention takes the additive form of the mask."""
+    model = build_model(
+        tokenizer, TinyModelSpec(hidden_size=32, layers=2, heads=2, arch="gpt2"), seed=0
+    ).eval()
+    model.set_attn_implementation("eager")
+    prompts = [tokenizer(f"x = {i} ** 2\n")["input_ids"][: 3 + i] for i in range(5)]
+    slots, engine = _seeded_workload(model, prompts, "slots")
+    padded, _ = _seeded_workload(model, prompts, "padded")
+    assert engine.kv_cache == "slots" and model.config._attn_implementation == "eager"
+    assert [ids for ids, _ in slots] == [ids for ids, _ in padded]
+    gap = max(abs(a - b) for (_, x), (_, y) in zip(slots, padded) for a, b in zip(x, y))
+    assert gap < 1e-5
+
+
+def test_causal_row_mask_lets_each_row_see_its_own_prefix_and_chunk():
+    mask = causal_row_mask(torch.tensor([2, 0]), width=2, kv_len=4)
+    assert mask.shape == (2, 1, 2, 4)
+    assert mask[0, 0].int().tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]  # 2 stored, then 2 fed
+    assert mask[1, 0].int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0]]  # nothing stored
+
+
+def test_slot_cache_refuses_attention_it_does_not_compute(tiny_model):
+    tiny_model.config._attn_implementation = "flex_attention"
+    try:
+        with pytest.raises(ValueError, match="kv_cache='slots' needs full attention"):
+            HFEngine(tiny_model, -1, kv_cache="slots")
+        assert HFEngine(tiny_model, -1).kv_cache == "padded"  # auto falls back
+    finally:
+        tiny_model.config._attn_implementation = "sdpa"
+
+
+def test_a_key_with_a_call_in_flight_refuses_a_second_call(tiny_model, tokenizer):
+    prompt = tokenizer("Problem:")["input_ids"]
+
+    async def main():
+        engine = HFEngine(tiny_model, -1)
+        first = asyncio.create_task(engine.generate("k", prompt, max_new_tokens=3))
+        await asyncio.sleep(0)
+        with pytest.raises(ValueError, match="already has a call in flight"):
+            await engine.generate("k", prompt, max_new_tokens=3)
+        out = await first
+        engine.close()
+        return out
+
+    assert len(asyncio.run(main()).ids) == 3
+
+
+def test_slot_rows_match_full_forward_when_a_middle_row_feeds_a_chunk():
+    """Rows 0 and 2 decode while row 1 feeds a chunk: the decoding rows are not consecutive
+    slots, so attention reads them by index instead of as one view. The model shares each
+    key/value head between two query heads (grouped-query attention, as Qwen2 models do)."""
+    from tirl.backends.kv_slots import SlotRows
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    model = Qwen2ForCausalLM(config).eval()
+    seqs = {"a": [5, 6, 7, 8, 9], "b": [10, 11], "c": [12, 13, 14]}
+    kv = SlotRows(model, max_rows=4, max_len=64)
+    with torch.no_grad():
+        kv.arrange(list(seqs), [0, 0, 0], {})
+        kv.forward(list(seqs), list(seqs.values()), [0, 0, 0])
+        feeds = {"a": [20], "b": [21, 22, 23], "c": [24]}
+        past = [len(s) for s in seqs.values()]
+        kv.arrange(list(seqs), past, {})
+        logits = kv.forward(list(seqs), list(feeds.values()), past)
+        for i, key in enumerate(seqs):
+            full = torch.tensor([seqs[key] + feeds[key]])
+            want = model(input_ids=full).logits[0, -1]
+            assert torch.allclose(logits[i], want, atol=1e-5)
+    assert kv.forwards == 2  # one pass each step: b's chunk went with a and c's tokens
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_a_forward_pass_during_a_slot_pass_gets_the_models_own_attention(tiny_model, attention):
+    """While a slot pass runs, the model's config names "tirl_slots"; a pass that is not
+    ours (another thread) must still get its own attention and its own padding mask."""
+    from tirl.backends import kv_slots
+
+    tiny_model.set_attn_implementation(attention)
+    ids = torch.tensor([[5, 6, 7, 8], [0, 0, 9, 10]])
+    mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    with torch.no_grad():
+        want = tiny_model(input_ids=ids, attention_mask=mask).logits
+        kv_slots._ORIGINALS[id(tiny_model.config)] = attention
+        tiny_model.config._attn_implementation = kv_slots.ATTENTION_NAME
+        try:
+            got = tiny_model(input_ids=ids, attention_mask=mask).logits
+        finally:
+            tiny_model.config._attn_implementation = attention
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1, 2:], want[1, 2:])
+
+
+@pytest.mark.parametrize("kv_cache", ["slots", "padded"])
+def test_a_call_whose_stop_function_raised_leaves_its_sequence_whole(tiny_model, kv_cache):
+    """The call fails after its second step: its key keeps the prompt and the first sampled
+    token (fed at the second step), and a next call continues exactly from there."""
+    prompt = [5, 6, 7, 8]
+
+    def stop(ids):
+        if len(ids) == 2:
+            raise RuntimeError("a broken stop function")
+        return False
+
+    async def main():
+        engine = HFEngine(tiny_model, -1, kv_cache=kv_cache)
+        with pytest.raises(RuntimeError, match="broken stop"):
+            await engine.generate("k", prompt, max_new_tokens=5, temperature=0.0, stop=stop)
+        out = await engine.generate("k", [9, 10], max_new_tokens=3, temperature=0.0)
+        engine.close()
+        return out
+
+    out = asyncio.run(main())
+    with torch.no_grad():
+        first = tiny_model(input_ids=torch.tensor([prompt])).logits[0, -1].argmax().item()
+    full = prompt + [first, 9, 10] + out.ids
+    ref = _reference_logprobs(tiny_model, full, len(prompt) + 3, out.ids)
+    assert max(abs(a - b) for a, b in zip(ref, out.logprobs)) < 1e-4
+
+
+@pytest.mark.parametrize("kv_cache", ["slots", "padded"])
+def test_a_step_that_failed_after_its_forward_pass_leaves_the_sequence_whole(
+    tiny_model, kv_cache, monkeypatch
+):
+    """Sampling fails after the forward pass cached the fed tokens (as NaN probabilities
+    would): the request fails, its key keeps only what it had, and the next call matches a
+    full forward pass."""
+    prompt, real = [5, 6, 7, 8], torch.multinomial
+
+    def fails_once(*args, **kwargs):
+        monkeypatch.setattr(torch, "multinomial", real)
+        raise RuntimeError("probability tensor contains nan")
+
+    async def main():
+        engine = HFEngine(tiny_model, -1, kv_cache=kv_cache)
+        first = await engine.generate("k", prompt, max_new_tokens=2, temperature=0.0)
+        monkeypatch.setattr(torch, "multinomial", fails_once)
+        with pytest.raises(RuntimeError, match="contains nan"):
+            await engine.generate("k", [9, 10], max_new_tokens=3)
+        out = await engine.generate("k", [11], max_new_tokens=3, temperature=0.0)
+        engine.close()
+        return first, out
+
+    first, out = asyncio.run(main())
+    full = prompt + first.ids[:1] + [11] + out.ids  # [9, 10] and the unfed token went
+    ref = _reference_logprobs(tiny_model, full, len(full) - len(out.ids), out.ids)
+    assert max(abs(a - b) for a, b in zip(ref, out.logprobs)) < 1e-4

@@ -4,14 +4,23 @@
 `feed_ids` (the prompt, or the tokens of a tool output) and samples until end-of-sequence,
 `max_new_tokens`, or until `stop(new_ids)` says a boundary was reached (a code block closed).
 Each sequence keeps its own KV cache between calls, so a trajectory that pauses while its code
-runs resumes without recomputing its prefix, and its slot in the batch goes to others
+runs resumes without recomputing its prefix, and its row in the batch goes to others
 meanwhile.
 
 One background task runs the step loop. Every step takes each active sequence's next input
-(a whole chunk of fed tokens, or the one token it sampled last), left-pads the per-sequence
-caches into one batch, places each chunk right after its cache, runs one forward pass with
-an attention mask and explicit position ids, and samples one token per sequence from its
-last real position. Requests join and leave between steps.
+(a whole chunk of fed tokens, or the one token it sampled last), runs the model on all of
+them with explicit position ids, and samples one token per sequence from its last fed
+position. Requests join and leave between steps. Where the KV cache lives (`kv_cache`):
+
+- "slots" (the default where `tirl.backends.kv_slots.supports` the model: "sdpa" or "eager"
+  full attention): one preallocated tensor per layer, a slot per decoding sequence, kept
+  while it decodes; a leave sets aside only the leaving row, a join writes back only the
+  joining row, and its chunk runs in the same pass as the decoding rows (one forward pass
+  per step, no padding in the linear layers);
+- "padded": each sequence keeps its own cache; a step left-pads them into one batch cache
+  (reusing the last step's when the rows are the same) and pads every fed chunk to the
+  longest. The reference the slot cache is tested against, and the fallback for other
+  attention (flash, flex, sliding windows, soft-capping).
 
 Admission: "continuous" (default) lets any waiting request take a free row at any step.
 "static" is the batch-synchronous baseline (ToRL-style rounds, `bench/rollout.py` part b): up
@@ -23,10 +32,9 @@ until every member has been released.
 Cancellation: a request whose caller was cancelled leaves the batch at the next step and its
 key's cache is dropped, so a cancelled trajectory never keeps decoding or holds memory.
 
-Limits: the per-step re-padding of caches costs O(batch x length) copies, cheap for the
-small models this backend is for (tests, the quickstart, debugging). Large models belong on
-vLLM / SGLang servers. Log-probabilities are those of the unscaled policy (temperature 1),
-which is what a trainer recomputes.
+Limits: for the small models this backend is for (tests, the quickstart, debugging); large
+models belong on vLLM / SGLang servers. Log-probabilities are those of the unscaled policy
+(temperature 1), which is what a trainer recomputes.
 """
 
 from __future__ import annotations
@@ -43,10 +51,12 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
 from tirl.backends.engine import GenOutput, StopFn
+from tirl.backends.kv_slots import SlotRows, supports
 
 __all__ = ["GenOutput", "HFEngine", "StopFn"]  # GenOutput, StopFn: tirl.backends.engine
 
 LayerKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [L, H, D]
+KV_CACHES = ("auto", "slots", "padded")
 
 
 class _GrowingLayer(DynamicLayer):
@@ -94,6 +104,7 @@ class _Request:
     stop: StopFn | None
     future: asyncio.Future
     generator: torch.Generator | None = None  # this call's own sampling stream (`seed`)
+    past: int = 0  # tokens of this key already in its cache (before `feed`)
     out_ids: list[int] = field(default_factory=list)
     out_logprobs: list[float] = field(default_factory=list)
 
@@ -112,9 +123,15 @@ class HFEngine:
         seed: int = 0,
         admission: str = "continuous",
         reuse_batch_cache: bool = True,
+        kv_cache: str = "auto",
     ) -> None:
+        """`kv_cache`: "slots", "padded", or "auto" (slots where `kv_slots.supports` the
+        model, else padded); see the module docstring. `reuse_batch_cache` is the padded
+        cache's decode fast path."""
         if admission not in ("continuous", "static"):
             raise ValueError(f'admission is "continuous" or "static", not {admission!r}')
+        if kv_cache not in KV_CACHES:
+            raise ValueError(f"kv_cache is one of {KV_CACHES}, not {kv_cache!r}")
         self.admission = admission
         self._members: set[object] = set()  # static admission: the keys of the current batch
         self.model = model
@@ -123,22 +140,44 @@ class HFEngine:
         self.max_len = max_len or getattr(model.config, "max_position_embeddings", 2048)
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self._caches: dict[object, LayerKV] = {}
-        self._lengths: dict[object, int] = {}
+        self._lengths: dict[object, int] = {}  # tokens cached per key between calls
         self._unfed: dict[object, list[int]] = {}
+        self._in_flight: set[object] = set()
         self._waiting: list[_Request] = []
         self._active: list[_Request] = []
         self._loop_task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
         params = inspect.signature(model.forward).parameters
         # transformers 5 renamed `past_key_values` to `cache`; older releases know only the first.
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
-        self._keeps_last_logits = "logits_to_keep" in params
-        self.reuse_batch_cache = reuse_batch_cache  # the decode fast path of `_forward`
-        self.reused_steps = 0
-        self._last_decode: tuple | None = None  # (keys, cache, mask, lengths) after a decode step
+        cache_arg = "cache" if "cache" in params else "past_key_values"
+        keeps_last_logits = "logits_to_keep" in params
+        if kv_cache == "auto":
+            kv_cache = "slots" if supports(model) else "padded"
+        self.kv_cache = kv_cache
+        if kv_cache == "slots":
+            self.kv = SlotRows(model, max_batch, self.max_len, cache_arg, keeps_last_logits)
+        else:
+            self.kv = PaddedRows(model, cache_arg, keeps_last_logits, reuse_batch_cache)
         self.steps = 0
         self.rows_stepped = 0  # sum of batch sizes over steps: rows_stepped / steps = occupancy
+
+    def held_keys(self) -> set[object]:
+        """The keys whose tokens this engine still keeps (in a slot, set aside, or in their own
+        cache): those with a call in flight, and finished ones not yet released."""
+        if isinstance(self.kv, PaddedRows):
+            return set(self.kv.caches)
+        live = set(self._lengths) | {r.key for r in self._active}
+        return set(self.kv.set_aside) | (set(self.kv.row_keys) & live)
+
+    @property
+    def _caches(self) -> dict[object, None]:
+        """`held_keys` under the name the padded cache's dict had (tests read it)."""
+        return dict.fromkeys(self.held_keys())
+
+    @property
+    def reused_steps(self) -> int:
+        """Padded cache: decode steps that reused the last step's batch cache as it was."""
+        return getattr(self.kv, "reused_steps", 0)
 
     # ------------------------------------------------------------------ public API
     async def generate(
@@ -155,10 +194,12 @@ class HFEngine:
         so what it draws does not depend on which other requests share its batch steps."""
         if not feed_ids:
             raise ValueError("generate needs at least one token to feed")
+        if key in self._in_flight:
+            raise ValueError(f"generate: key {key!r} already has a call in flight")
         # The token sampled last in the previous call is not in the cache yet: feed it first.
         feed_ids = self._unfed.pop(key, []) + list(feed_ids)
-        length = self._lengths.get(key, 0) + len(feed_ids)
-        room = self.max_len - length
+        past = self._lengths.get(key, 0)
+        room = self.max_len - past - len(feed_ids)
         if room <= 0 or max_new_tokens <= 0:
             return GenOutput([], [], "length")
         future = asyncio.get_running_loop().create_future()
@@ -167,17 +208,28 @@ class HFEngine:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         self._waiting.append(
             _Request(
-                key, list(feed_ids), min(max_new_tokens, room), temperature, stop, future, generator
+                key,
+                list(feed_ids),
+                min(max_new_tokens, room),
+                temperature,
+                stop,
+                future,
+                generator,
+                past,
             )
         )
+        self._in_flight.add(key)
         self._kick()
-        return await future
+        try:
+            return await future
+        finally:
+            self._in_flight.discard(key)
 
     def release(self, key: object) -> None:
         """Forget a finished sequence's cache."""
-        self._caches.pop(key, None)
         self._lengths.pop(key, None)
         self._unfed.pop(key, None)
+        self.kv.release(key)
         if key in self._members:
             self._members.discard(key)
             self._kick()  # the rest of a static batch may have been waiting for this one
@@ -219,22 +271,27 @@ class HFEngine:
                 return
             batch = list(self._active)
             try:
+                # Between steps, on this thread: the cache bookkeeping of joins and leaves.
+                self.kv.arrange([r.key for r in batch], [r.past for r in batch], self._lengths)
                 sampled = await loop.run_in_executor(self._executor, self._step, batch)
             except Exception as exc:  # a failed forward fails its requests, never hangs them
                 for req in batch:
-                    if not req.future.done():
-                        req.future.set_exception(exc)
-                self._active = [r for r in self._active if r not in batch]
+                    self._fail(req, exc)
                 continue
             for req, (token, logprob) in zip(batch, sampled):
                 try:
                     self._advance(req, token, logprob)
                 except Exception as exc:  # its stop function raised: that request fails alone
-                    if req in self._active:
-                        self._active.remove(req)
-                    if not req.future.done():
-                        req.future.set_exception(exc)
+                    self._fail(req, exc)
             await asyncio.sleep(0)  # let sandbox results and new requests in
+
+    def _fail(self, req: _Request, exc: Exception) -> None:
+        """End a request with `exc`. Its key keeps what its cache holds (`req.past` tokens)."""
+        if req in self._active:
+            self._active.remove(req)
+            self._lengths[req.key] = req.past
+        if not req.future.done():
+            req.future.set_exception(exc)
 
     def _admit(self) -> None:
         if self.admission == "continuous":
@@ -257,6 +314,7 @@ class HFEngine:
                 self.release(req.key)
 
     def _advance(self, req: _Request, token: int, logprob: float) -> None:
+        req.past += len(req.feed)  # the step cached what it was fed
         if req.future.cancelled():  # its caller gave up: `_drop_cancelled` removes it
             return
         req.out_ids.append(token)
@@ -271,23 +329,18 @@ class HFEngine:
         else:
             return
         self._active.remove(req)
+        self._lengths[req.key] = req.past
         self._unfed[req.key] = [token]  # fed at the start of this key's next call
         if not req.future.done():
             req.future.set_result(GenOutput(req.out_ids, req.out_logprobs, reason))
 
     @torch.no_grad()
     def _step(self, batch: list[_Request]) -> list[tuple[int, float]]:
-        """One forward pass over every active sequence; returns (token, logprob) each."""
+        """One step over every active sequence; returns (token, logprob) each."""
         self.steps += 1
         self.rows_stepped += len(batch)
-        feeds = [req.feed for req in batch]
-        caches = [self._caches.get(req.key) for req in batch]
-        past = [self._lengths.get(req.key, 0) for req in batch]
-        keys = tuple(req.key for req in batch)
-        logits, new_caches = self._forward(feeds, caches, past, keys)  # [B, V]
-        for req, cache, n_past, feed in zip(batch, new_caches, past, feeds):
-            self._caches[req.key] = cache
-            self._lengths[req.key] = n_past + len(feed)
+        keys = [req.key for req in batch]
+        logits = self.kv.forward(keys, [r.feed for r in batch], [r.past for r in batch])  # [B, V]
         logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
         temps = torch.tensor([r.temperature for r in batch], device=logits.device)
         greedy = logprobs.argmax(-1)
@@ -300,14 +353,29 @@ class HFEngine:
         chosen = logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         return list(zip(tokens.tolist(), chosen.tolist()))
 
-    def _forward(
-        self,
-        feeds: list[list[int]],
-        caches: list[LayerKV | None],
-        past: list[int],
-        keys: tuple = (),
-    ) -> tuple[torch.Tensor, list[LayerKV]]:
-        """Run the model on ragged chunks over ragged caches.
+
+class PaddedRows:
+    """The padded cache: each key keeps its own cache (views of a batch cache), and a step
+    left-pads them into one batch cache (`kv_cache="padded"`)."""
+
+    def __init__(self, model, cache_arg: str, keeps_last_logits: bool, reuse: bool) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cache_arg, self.keeps_last_logits = cache_arg, keeps_last_logits
+        self.reuse_batch_cache = reuse  # the decode fast path of `forward`
+        self.caches: dict[object, LayerKV] = {}
+        self.reused_steps = 0
+        self.repads = 0  # steps that re-padded every row's cache into a new batch cache
+        self._last_decode: tuple | None = None  # (keys, cache, mask, lengths) after a decode step
+
+    def arrange(self, keys: list, past: list[int], stored: dict) -> None:
+        """Nothing to do between steps: `forward` lays the batch out."""
+
+    def release(self, key: object) -> None:
+        self.caches.pop(key, None)
+
+    def forward(self, keys: list, feeds: list[list[int]], past: list[int]) -> torch.Tensor:
+        """Run the model on ragged chunks over ragged caches; next-token logits [B, V].
 
         Row i is laid out as [pad, cache_i, feed_i, pad]: caches left-padded to the longest,
         each feed right after its cache. Row i's real tokens are then one contiguous span,
@@ -320,6 +388,10 @@ class HFEngine:
         steady state of continuous batching between joins and leaves; the inputs to the
         model, hence its outputs, are the same as with re-padding.
         """
+        keys = tuple(keys)
+        # A key's cache may hold more than `past` tokens after a step that failed past the
+        # forward pass (its request failed, its length stayed): only `past` of them count.
+        caches = [_first(self.caches.get(key), p) for key, p in zip(keys, past)]
         n, dev = len(feeds), self.device
         p_max, k_max = max(past), max(len(f) for f in feeds)
         ids = torch.zeros((n, k_max), dtype=torch.long)  # padding ids are masked out
@@ -337,13 +409,14 @@ class HFEngine:
             positions[i, :k] = torch.arange(p, p + k)
             if not reuse:
                 mask[i, p_max - p : p_max + k] = 1
-        kwargs = {"logits_to_keep": 1} if self._keeps_last_logits and k_max == 1 else {}
+        kwargs = {"logits_to_keep": 1} if self.keeps_last_logits and k_max == 1 else {}
         if reuse:
-            kwargs[self._cache_arg] = last[1]
+            kwargs[self.cache_arg] = last[1]
         elif p_max > 0:
-            kwargs[self._cache_arg] = self._pad_caches(caches, p_max)
+            self.repads += 1
+            kwargs[self.cache_arg] = self._pad_caches(caches, p_max)
         else:
-            kwargs[self._cache_arg] = _GrowingCache()
+            kwargs[self.cache_arg] = _GrowingCache()
         out = self.model(
             input_ids=ids.to(dev),
             attention_mask=mask.to(dev),
@@ -351,7 +424,7 @@ class HFEngine:
             use_cache=True,
             **kwargs,
         )
-        cache = out[self._cache_arg] if self._cache_arg in out else out.past_key_values
+        cache = out[self.cache_arg] if self.cache_arg in out else out.past_key_values
         # Reusable next step only if no row has right padding (every feed was one token).
         lengths = [p + 1 for p in past]
         keep = self.reuse_batch_cache and k_max == 1 and keys
@@ -360,12 +433,11 @@ class HFEngine:
         layers = [
             (layer.keys.transpose(1, 2), layer.values.transpose(1, 2)) for layer in cache.layers
         ]
-        new_caches = []
-        for i, (feed, p) in enumerate(zip(feeds, past)):
+        for i, (key, feed, p) in enumerate(zip(keys, feeds, past)):
             span = slice(p_max - p, p_max + len(feed))
-            new_caches.append([(keys[i, span], values[i, span]) for keys, values in layers])
+            self.caches[key] = [(k[i, span], v[i, span]) for k, v in layers]
         last = torch.tensor([len(f) - 1 for f in feeds], device=dev)
-        return out.logits[torch.arange(n, device=dev), last], new_caches
+        return out.logits[torch.arange(n, device=dev), last]
 
     def _pad_caches(self, caches: list[LayerKV | None], p_max: int) -> DynamicCache:
         """Left-pad every sequence's cache to `p_max` (the longest) and stack them per layer."""
@@ -379,3 +451,12 @@ class HFEngine:
             values = pad_sequence(for_values, batch_first=True, padding_side="left")
             cache.update(keys.transpose(1, 2), values.transpose(1, 2), layer_idx)
         return cache
+
+
+def _first(cache: LayerKV | None, length: int) -> LayerKV | None:
+    """The first `length` positions of a per-key cache ([L, H, D] views per layer)."""
+    if cache is None or length == 0:
+        return None
+    if cache[0][0].shape[0] == length:
+        return cache
+    return [(keys[:length], values[:length]) for keys, values in cache]
