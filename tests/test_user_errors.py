@@ -25,6 +25,7 @@ from tirl.cli import build_parser, main
 from tirl.config import Range
 from tirl.synth.config import SynthConfig
 from tirl.train.config import RunConfig
+from tirl.train.races_study import StudySettings
 
 # ------------------------------------------------------------------------------- the schemas
 
@@ -114,11 +115,12 @@ def _yaml(value) -> str:
 # by type: every other field must refuse every value `bad_values` makes.
 RUN_FIELDS = leaves(RunConfig)
 SYNTH_FIELDS = leaves(SynthConfig)
+STUDY_FIELDS = leaves(StudySettings, "study.")
 
 
 def test_every_number_in_every_config_declares_its_range():
     missing = []
-    for key, tp, f in RUN_FIELDS + SYNTH_FIELDS:
+    for key, tp, f in RUN_FIELDS + SYNTH_FIELDS + STUDY_FIELDS:
         base, _ = _strip_optional(tp)
         if base in (int, float) and f.metadata.get("range") is None:
             missing.append(key)
@@ -178,6 +180,16 @@ def test_every_bad_synth_config_value_stops_synth_in_one_line(key, value, workdi
     _assert_refused(code, out, err, key.split(".")[0], workdir, before)
 
 
+STUDY_CASES = [(key, v) for key, tp, f in STUDY_FIELDS for v in bad_values(tp, f)]
+
+
+@pytest.mark.parametrize(("key", "value"), STUDY_CASES, ids=[f"{k}={v}" for k, v in STUDY_CASES])
+def test_every_bad_study_config_value_stops_the_study_in_one_line(key, value, workdir, capsys):
+    before = _tree(workdir)
+    code, out, err = _run(["study", "races", f"{key}={value}"], capsys)
+    _assert_refused(code, out, err, "study", workdir, before)
+
+
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -221,6 +233,7 @@ REQUIRED = {
     ("quickstart",): [],
     ("train",): [],
     ("ablate",): ["--preset", "cir"],
+    ("study", "races"): [],
     ("eval",): ["{d}/no-model"],
     ("config",): [],
     ("sandbox", "serve"): [],

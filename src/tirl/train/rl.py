@@ -398,6 +398,8 @@ class RLTrainer:
             trajs = [t for group in batch for t in group]
             rewards = torch.tensor([t.meta["reward"] for t in trajs], dtype=torch.float)
             metrics.update(self.rollout_metrics(trajs, rewards))
+            # which tasks this update learned from, so a study can count its mixture from the log
+            metrics["train/tasks"] = [self.task_at(group[0].meta["task"]).id for group in batch]
             metrics.update(self.update(trajs, max_tokens, rewards))
             self.state.updates += 1
         metrics["train/updated"] = int(bool(batch))

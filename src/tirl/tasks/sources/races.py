@@ -127,6 +127,12 @@ class RacesSource:
     path: str | None = setting(
         None, doc="a tasks file written by `tirl envs build` (JSONL/Parquet) instead of the search"
     )
+    split_by: str = setting(
+        "content",
+        doc="with path: 'content' (each row's split is the hash of its content) or 'meta' (the"
+        " row's meta.split)",
+        check=lambda v: None if v in ("content", "meta") else "must be 'content' or 'meta'",
+    )
     seed: int = setting(0, ">= 0", "seeds the search (default: the run's seed)")
     name: str = field(default="races", init=False, repr=False)
 
@@ -148,6 +154,8 @@ class RacesSource:
                 f"min_size ({self.min_size}) must not exceed max_size ({self.max_size})",
                 "max_size",
             )
+        if self.split_by != "content" and self.path is None:
+            raise ConfigError("split_by: applies to a tasks file (path) only", "split_by")
         if self.path is not None:
             defaults = RacesSource()
             keys = ("mixture", "min_size", "max_size", "level", "envs", "inputs_per_composite")
@@ -183,9 +191,21 @@ class RacesSource:
             except (ValueError, ImportError) as e:
                 raise ConfigError(f"path: {e}", "path") from None
             self._file = {split: [] for split in SPLITS}
-            for _, task in rows:
-                self._file[_content_split(task)].append(task)
+            for where, task in rows:
+                self._file[self._row_split(where, task)].append(task)
         return self._file
+
+    def _row_split(self, where: str, task: OperatorTask) -> str:
+        if self.split_by == "content":
+            return _content_split(task)
+        split = (task.meta or {}).get("split")
+        if split not in SPLITS:
+            raise ConfigError(
+                f"path: {where}: split_by is 'meta' but the row's meta.split is {split!r},"
+                f" not one of {', '.join(SPLITS)}",
+                "path",
+            )
+        return split
 
     # ------------------------------------------------------------------ items
 

@@ -1,0 +1,595 @@
+"""The analysis and report of `tirl study races` (the runner: `tirl.train.races_study`).
+
+Everything is read back from the study folder, never from the config: what each arm trained on
+is counted from the task ids its updates logged (`train/tasks` in metrics.jsonl) looked up in the
+arm's task file; held-out scores come from the evaluation samples.
+
+Scores. An item's score is its operator reward in [0, 1] (RACES's reward: partial credit for
+SEQUENTIAL and PARALLEL, `tirl.envs.operators`); accuracy (reward 1) is reported beside it. A
+run's held-out score is the mean of its two held-out sets' means (atomic tasks, compositions),
+as RACES averages its benchmarks. Uncertainty: a percentile bootstrap (2,000 resamples) that
+resamples seeds and, within each set, items; a difference between two arms resamples both with
+the same draws (paired: the same seeds and items).
+
+The paper's four claims, each judged per variant (code, text-only) on the bootstrap CI of a
+difference D (95 %):
+1. composition generalizes better (Table 1): D = held-out(RACES) - held-out(individual);
+   reproduced if the CI is above 0, not reproduced if below, inconclusive if it holds 0.
+2. individual RL gets the higher training reward but not the higher held-out score (Figure 2):
+   reproduced if the CI of train(individual) - train(RACES) (mean training reward over the last
+   half of the steps) is above 0 and held-out(RACES) - held-out(individual) is >= 0; not
+   reproduced if the training-reward CI is below 0 or the held-out CI is below 0; else
+   inconclusive.
+3. a fifth of the pool composed matches or beats the whole pool individually (Table 2):
+   D = held-out(RACES-small) - held-out(individual); reproduced if the CI's lower end is >= -0.02
+   (a match within 0.02), not reproduced if its upper end is below 0, else inconclusive (also
+   when both arms score 0 on every item).
+4. generalization is not monotonic in size, best at 4-5 (Table 3; the paper's drop at 6 is
+   outside this sweep of 2-5): D = max(held-out(SEQ-4), held-out(SEQ-5)) - max(SEQ-2, SEQ-3);
+   reproduced if the CI is above 0, not reproduced if below, else inconclusive.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import statistics
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from tirl.envs.operators import OPERATORS
+from tirl.envs.study import ARM_SPECS, EVAL_SIZES
+from tirl.files import read_jsonl, write_bytes, write_text
+
+SETS = ("atomic", "compositions")
+RESAMPLES = 2000
+MATCH_MARGIN = 0.02  # claim 3: "matches" = within this much reward
+ARM_TITLES = {
+    "individual": "individual",
+    "races": "RACES",
+    "races_small": "RACES-small",
+    "seq2": "SEQ-2",
+    "seq3": "SEQ-3",
+    "seq4": "SEQ-4",
+    "seq5": "SEQ-5",
+}
+CLAIMS = (
+    ("composition generalizes better", "RACES > individual on held-out tasks (Table 1)"),
+    ("individual: higher train reward, not higher held-out",
+     "individual RL's training reward is higher but its held-out score plateaus (Figure 2)"),
+    ("a fifth of the pool composed matches all of it individually",
+     "RACES on 50 base environments >= individual on 300 (Table 2)"),
+    ("size: best at 4-5, not monotonic",
+     "held-out score by SEQUENTIAL size 2..6 peaks at 4-5 and drops at 6 (Table 3)"),
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------------- reading the folder
+
+
+def _task_rows(path: Path) -> list[dict]:
+    return list(read_jsonl(path))
+
+
+def _index(task_id: str) -> int:
+    """Row of a `races/<split>/<k>` id in its split (every row of a study file has one split)."""
+    return int(task_id.rsplit("/", 1)[1])
+
+
+def trained_mixture(folder: Path, arm: str, variant: str, seed: int, rows: list[dict]) -> dict:
+    """What an arm's updates trained on, counted from the logged task ids: tasks, operators,
+    sizes and environments (a task counts once per update that used it)."""
+    ops: Counter = Counter()
+    sizes: Counter = Counter()
+    envs: Counter = Counter()
+    compositions: set[tuple[str, ...]] = set()
+    updates = 0
+    for record in read_jsonl(folder / f"seed{seed}" / arm / "metrics.jsonl"):
+        if record.get("variant") != variant or record.get("phase") != "rl":
+            continue
+        ids = record.get("train/tasks") or []
+        updates += bool(ids)
+        for task_id in ids:
+            row = rows[_index(task_id)]
+            ops[row["operator"]] += 1
+            sizes[len(row["envs"])] += 1
+            envs.update(row["envs"])
+            compositions.add(tuple(row["envs"]))
+    return {
+        "updates": updates,
+        "tasks": sum(ops.values()),
+        "operators": dict(ops),
+        "sizes": {str(k): v for k, v in sorted(sizes.items())},
+        "envs": dict(envs),
+        "compositions": sorted(compositions),
+    }
+
+
+def mixture_check(mix: dict, arm: str, pool: dict, heldout: set[tuple[str, ...]]) -> list[str]:
+    """What is wrong with an arm's trained mixture against its spec ([] if nothing)."""
+    spec = ARM_SPECS[arm]
+    allowed = set(pool["small"] if spec.small_pool else pool["train"])
+    problems = []
+    if not mix["tasks"]:
+        problems.append("trained on no task")
+    bad_ops = set(mix["operators"]) - set(spec.mixture)
+    if bad_ops:
+        problems.append(f"operators outside the arm's mixture: {sorted(bad_ops)}")
+    lo, hi = spec.sizes
+    bad_sizes = [s for s in mix["sizes"] if not lo <= int(s) <= hi]
+    if bad_sizes:
+        problems.append(f"sizes outside {lo}-{hi}: {bad_sizes}")
+    bad_envs = set(mix["envs"]) - allowed
+    if bad_envs:
+        problems.append(f"environments outside the arm's pool: {sorted(bad_envs)}")
+    leaked = [c for c in mix["compositions"] if tuple(c) in heldout]
+    if leaked:
+        problems.append(f"{len(leaked)} held-out compositions trained on")
+    return problems
+
+
+def _item_scores(path: Path, n_items: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Reward and correctness per item of an evaluation's samples (NaN where it failed)."""
+    reward = np.full(n_items, np.nan)
+    correct = np.full(n_items, np.nan)
+    failed = 0
+    for traj in read_jsonl(path):
+        meta = traj["meta"]
+        if "task_reward" not in meta:
+            failed += 1
+            continue
+        k = _index(meta["task_id"])
+        reward[k] = meta["task_reward"]
+        correct[k] = float(meta["correct"])
+    return reward, correct, failed
+
+
+def _curve(folder: Path, variant: str, set_name: str, sft_value: float) -> list[tuple[int, float]]:
+    """Held-out reward by RL step: the SFT model at 0, the rl_eval passes, the final one."""
+    points = [(0, sft_value)]
+    for record in read_jsonl(folder / "metrics.jsonl"):
+        if record.get("variant") == variant and record.get("phase") == "rl_eval":
+            points.append((record["step"], record[f"eval/{set_name}/reward"]))
+    return points
+
+
+def load(folder: Path) -> dict:
+    """Every number the report needs, read from the study folder."""
+    folder = Path(folder)
+    manifest = json.loads((folder / "tasks" / "manifest.json").read_text())
+    sft_eval = json.loads((folder / "sft" / "eval_progress.json").read_text())
+    eval_rows = {s: _task_rows(folder / "tasks" / f"heldout_{s}.jsonl") for s in SETS}
+    heldout_comps = {tuple(r["envs"]) for r in eval_rows["compositions"]}
+    runs: dict = {}
+    for variant in manifest["variants"]:
+        for arm in manifest["arms"]:
+            rows = _task_rows(folder / "tasks" / f"arm_{arm}.jsonl")
+            for seed in manifest["seeds"]:
+                run_dir = folder / f"seed{seed}" / arm
+                progress = json.loads((run_dir / "eval_progress.json").read_text())
+                run: dict = {"sets": {}, "curves": {}}
+                for s in SETS:
+                    reward, correct, failed = _item_scores(
+                        run_dir / "samples" / f"{variant}_rl_{s}.jsonl", len(eval_rows[s])
+                    )
+                    run["sets"][s] = {"reward": reward, "correct": correct, "failed": failed}
+                    curve = _curve(run_dir, variant, s, sft_eval[variant]["sft"][s]["eval/reward"])
+                    steps = max((r["step"] for r in _rl_records(run_dir, variant)), default=-1) + 1
+                    curve.append((steps, progress[variant]["rl"][s]["eval/reward"]))
+                    run["curves"][s] = curve
+                records = _rl_records(run_dir, variant)
+                run["train_curve"] = [
+                    (r["step"] + 1, r["train/reward_mean"]) for r in records
+                    if "train/reward_mean" in r
+                ]  # fmt: skip
+                run["mixture"] = trained_mixture(folder, arm, variant, seed, rows)
+                run["mixture_problems"] = mixture_check(
+                    run["mixture"], arm, manifest["pool"], heldout_comps
+                )
+                runs[(variant, arm, seed)] = run
+    return {"manifest": manifest, "eval_rows": eval_rows, "runs": runs, "sft": sft_eval}
+
+
+def _rl_records(run_dir: Path, variant: str) -> list[dict]:
+    return [
+        r for r in read_jsonl(run_dir / "metrics.jsonl")
+        if r.get("variant") == variant and r.get("phase") == "rl"
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------------- statistics
+
+
+def _stack(data: dict, variant: str, arm: str, s: str, key: str = "reward") -> np.ndarray:
+    """[seeds, items] of one arm's final per-item scores on one held-out set."""
+    seeds = data["manifest"]["seeds"]
+    return np.stack([data["runs"][(variant, arm, seed)]["sets"][s][key] for seed in seeds])
+
+
+def _draws(rng: np.random.Generator, n_seeds: int, n_items: dict[str, int]) -> list[tuple]:
+    """The bootstrap's resamples: (seed indices, {set: item indices})."""
+    return [
+        (rng.integers(0, n_seeds, n_seeds),
+         {s: rng.integers(0, n, n) for s, n in n_items.items()})
+        for _ in range(RESAMPLES)
+    ]  # fmt: skip
+
+
+def _mean(matrix: np.ndarray, seeds: np.ndarray | None = None, items: np.ndarray | None = None):
+    m = matrix if seeds is None else matrix[seeds]
+    m = m if items is None else m[:, items]
+    return float(np.nanmean(m)) if np.isfinite(m).any() else math.nan
+
+
+def heldout_score(mats: dict[str, np.ndarray], draw=None) -> float:
+    """Mean over the held-out sets of each set's mean item score (one resample if `draw`)."""
+    seeds, items = draw if draw is not None else (None, {})
+    return statistics.fmean(_mean(m, seeds, items.get(s)) for s, m in mats.items())
+
+
+def ci(values: list[float]) -> tuple[float, float]:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return math.nan, math.nan
+    return float(np.percentile(finite, 2.5)), float(np.percentile(finite, 97.5))
+
+
+def train_reward(data: dict, variant: str, arm: str, seed: int) -> float:
+    """Mean training reward over the last half of the RL steps."""
+    curve = data["runs"][(variant, arm, seed)]["train_curve"]
+    tail = [v for _, v in curve[len(curve) // 2 :]]
+    return statistics.fmean(tail) if tail else math.nan
+
+
+def verdict(lo: float, hi: float, *, above: float = 0.0) -> str:
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "inconclusive"
+    if lo > above:
+        return "reproduced"
+    if hi < 0:
+        return "not reproduced"
+    return "inconclusive"
+
+
+def analyse(data: dict, seed: int = 0) -> dict:
+    """Scores with CIs per (variant, arm), breakdowns, and the four claims' verdicts."""
+    manifest = data["manifest"]
+    seeds = manifest["seeds"]
+    arms = manifest["arms"]
+    rng = np.random.default_rng(seed)
+    n_items = {s: len(data["eval_rows"][s]) for s in SETS}
+    draws = _draws(rng, len(seeds), n_items)
+    comp_rows = data["eval_rows"]["compositions"]
+    unseen = set(manifest["pool"]["unseen"])
+    groups = {
+        **{f"size {k}": [i for i, r in enumerate(comp_rows) if len(r["envs"]) == k]
+           for k in EVAL_SIZES},
+        **{op: [i for i, r in enumerate(comp_rows) if r["operator"] == op] for op in OPERATORS},
+        "with an unseen env": [i for i, r in enumerate(comp_rows) if set(r["envs"]) & unseen],
+        "pool envs only": [i for i, r in enumerate(comp_rows) if not set(r["envs"]) & unseen],
+    }  # fmt: skip
+    out: dict = {"arms": {}, "claims": {}, "groups": {}}
+    for variant in manifest["variants"]:
+        mats = {arm: {s: _stack(data, variant, arm, s) for s in SETS} for arm in arms}
+        boot = {arm: [heldout_score(mats[arm], d) for d in draws] for arm in arms}
+        for arm in arms:
+            trains = [train_reward(data, variant, arm, sd) for sd in seeds]
+            row = {
+                "heldout": heldout_score(mats[arm]),
+                "heldout_ci": ci(boot[arm]),
+                "train_reward": statistics.fmean(trains),
+                "train_reward_ci": ci(_seed_boot(trains, draws)),
+                **{f"{s}_reward": _mean(mats[arm][s]) for s in SETS},
+                **{f"{s}_accuracy": _mean(_stack(data, variant, arm, s, "correct")) for s in SETS},
+                "failed": sum(data["runs"][(variant, arm, sd)]["sets"][s]["failed"]
+                              for sd in seeds for s in SETS),
+            }  # fmt: skip
+            out["arms"][f"{variant}/{arm}"] = row
+            for name, idx in groups.items():
+                comp = mats[arm]["compositions"][:, idx] if idx else np.full((1, 1), np.nan)
+                n = comp.shape[1]
+                vals = [_mean(comp, d[0], rng.integers(0, n, n)) for d in draws]
+                out["groups"][f"{variant}/{arm}/{name}"] = {
+                    "mean": _mean(comp), "ci": ci(vals), "items": len(idx),
+                }
+        out["claims"][variant] = _claims(data, variant, mats, boot, draws, arms, seeds)
+    return out
+
+
+def _seed_boot(values: list[float], draws: list[tuple]) -> list[float]:
+    arr = np.array(values, dtype=float)
+    return [float(np.nanmean(arr[d[0]])) for d in draws]
+
+
+def _claims(data, variant, mats, boot, draws, arms, seeds) -> list[dict]:
+    def diff(a: str, b: str) -> tuple[float, tuple[float, float]]:
+        if a not in mats or b not in mats:
+            return math.nan, (math.nan, math.nan)
+        return heldout_score(mats[a]) - heldout_score(mats[b]), ci(
+            [x - y for x, y in zip(boot[a], boot[b])]
+        )
+
+    def blank(*arms_: str) -> bool:
+        """Every item of every named arm scored 0: there is nothing to compare."""
+        return all(a in mats and not any(np.nansum(m) for m in mats[a].values()) for a in arms_)
+
+    claims = []
+    d1, c1 = diff("races", "individual")
+    claims.append({"D": d1, "ci": c1, "verdict": verdict(*c1)})
+
+    if "races" in mats and "individual" in mats:
+        gaps = [train_reward(data, variant, "individual", s) - train_reward(data, variant, "races", s)
+                for s in seeds]  # fmt: skip
+        t_ci = ci(_seed_boot(gaps, draws))
+        t_gap = statistics.fmean(gaps)
+    else:
+        t_gap, t_ci = math.nan, (math.nan, math.nan)
+    if t_ci[0] > 0 and d1 >= 0:
+        v2 = "reproduced"
+    elif t_ci[1] < 0 or c1[1] < 0:
+        v2 = "not reproduced"
+    else:
+        v2 = "inconclusive"
+    claims.append({"D": t_gap, "ci": t_ci, "heldout_D": d1, "heldout_ci": c1, "verdict": v2})
+
+    d3, c3 = diff("races_small", "individual")
+    if blank("races_small", "individual"):
+        v3 = "inconclusive"  # 0 = 0 is no match worth the name
+    elif math.isfinite(c3[0]) and c3[0] >= -MATCH_MARGIN:
+        v3 = "reproduced"
+    elif math.isfinite(c3[1]) and c3[1] < 0:
+        v3 = "not reproduced"
+    else:
+        v3 = "inconclusive"
+    claims.append({"D": d3, "ci": c3, "verdict": v3})
+
+    sweep = [f"seq{k}" for k in (2, 3, 4, 5)]
+    if all(a in mats for a in sweep):
+        point = max(heldout_score(mats["seq4"]), heldout_score(mats["seq5"])) - max(
+            heldout_score(mats["seq2"]), heldout_score(mats["seq3"])
+        )
+        vals = [max(boot["seq4"][i], boot["seq5"][i]) - max(boot["seq2"][i], boot["seq3"][i])
+                for i in range(len(draws))]  # fmt: skip
+        c4 = ci(vals)
+        claims.append({"D": point, "ci": c4, "verdict": verdict(*c4)})
+    else:
+        claims.append({"D": math.nan, "ci": (math.nan, math.nan), "verdict": "inconclusive"})
+    return claims
+
+
+# ---------------------------------------------------------------------- report
+
+
+def _fmt(x: float, ci_: tuple[float, float] | None = None, sign: bool = False) -> str:
+    if not math.isfinite(x):
+        return "–"
+    text = f"{x:+.3f}" if sign else f"{x:.3f}"
+    if ci_ is not None and all(math.isfinite(v) for v in ci_):
+        text += f" [{ci_[0]:+.3f}, {ci_[1]:+.3f}]" if sign else f" [{ci_[0]:.3f}, {ci_[1]:.3f}]"
+    return text
+
+
+def _plot_curves(data: dict, variant: str, path: Path) -> None:
+    """RACES Figure 2's two panels: training reward and held-out score by RL step."""
+    manifest = data["manifest"]
+    fig = Figure(figsize=(11, 4))
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    for arm in manifest["arms"]:
+        runs = [data["runs"][(variant, arm, s)] for s in manifest["seeds"]]
+        train = _mean_curve([r["train_curve"] for r in runs])
+        left.plot([p[0] for p in train], [p[1] for p in train], label=ARM_TITLES[arm])
+        held = _mean_curve(
+            [[(a[0], (a[1] + b[1]) / 2) for a, b in zip(r["curves"]["atomic"],
+                                                     r["curves"]["compositions"])]
+             for r in runs]
+        )  # fmt: skip
+        right.plot([p[0] for p in held], [p[1] for p in held], marker="o", label=ARM_TITLES[arm])
+    left.set(title=f"{variant}: training reward (mean over seeds)", xlabel="RL step",
+             ylabel="mean reward of the batch")  # fmt: skip
+    right.set(title=f"{variant}: held-out score", xlabel="RL step",
+              ylabel="mean of held-out atomic and compositions")  # fmt: skip
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _mean_curve(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
+    by_step: dict[int, list[float]] = defaultdict(list)
+    for curve in curves:
+        for step, value in curve:
+            if value is not None and math.isfinite(value):
+                by_step[step].append(value)
+    return [(s, statistics.fmean(v)) for s, v in sorted(by_step.items())]
+
+
+def _plot_sizes(results: dict, variants: list[str], path: Path) -> None:
+    fig = Figure(figsize=(5.5, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    plotted = False
+    for variant in variants:
+        rows = [results["arms"].get(f"{variant}/seq{k}") for k in (2, 3, 4, 5)]
+        if not all(rows):
+            continue
+        ys = [r["heldout"] for r in rows]
+        lo = [r["heldout"] - r["heldout_ci"][0] for r in rows]
+        hi = [r["heldout_ci"][1] - r["heldout"] for r in rows]
+        ax.errorbar([2, 3, 4, 5], ys, yerr=[lo, hi], marker="o", capsize=3, label=variant)
+        plotted = True
+    ax.set(title="SEQUENTIAL size sweep", xlabel="training composition size",
+           ylabel="held-out score (95% CI)")  # fmt: skip
+    if plotted:
+        ax.legend()
+    else:
+        ax.text(0.5, 0.5, "no size-sweep arms in this study", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _save(fig: Figure, path: Path) -> None:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    write_bytes(path, buf.getvalue())
+
+
+def report_blocks(data: dict, results: dict) -> list[tuple]:
+    """The report as blocks: ("h", text), ("p", text), ("table", header, rows), ("img", file)."""
+    m = data["manifest"]
+    pool = m["pool"]
+    blocks: list[tuple] = [("h", "RACES composition study, at tiny scale")]
+    blocks.append(("p", (
+        f"Pool: {len(pool['train'])} integer -> integer environments with the shortest mapper"
+        f" code ({', '.join(pool['train'])}). RACES-small: {', '.join(pool['small'])}. Never"
+        f" trained on, only inside held-out compositions: {', '.join(pool['unseen']) or 'none'}."
+        f" Seeds: {', '.join(map(str, m['seeds']))}; variants: {', '.join(m['variants'])}."
+        " Every arm starts from the same SFT model of its variant and samples the same number of"
+        " rollouts. Scores are operator rewards (partial credit for SEQUENTIAL / PARALLEL);"
+        " the held-out score is the mean of the atomic and the composition set; [95% bootstrap"
+        " CI over seeds and items].")))  # fmt: skip
+    blocks.append(("h2", "The four claims"))
+    header = ["claim (paper)", *(f"{v}: D [CI]" for v in m["variants"]),
+              *(f"{v}: verdict" for v in m["variants"])]  # fmt: skip
+    rows = []
+    for i, (short, paper) in enumerate(CLAIMS):
+        cells = [f"{i + 1}. {short} — {paper}"]
+        cells += [_fmt(results["claims"][v][i]["D"], results["claims"][v][i]["ci"], sign=True)
+                  for v in m["variants"]]  # fmt: skip
+        cells += [results["claims"][v][i]["verdict"] for v in m["variants"]]
+        rows.append(cells)
+    blocks.append(("table", header, rows))
+    blocks.append(("p", (
+        "D: claim 1 held-out(RACES) - held-out(individual); claim 2 training reward (last half"
+        " of the steps) of individual - RACES; claim 3 held-out(RACES-small) - held-out"
+        f"(individual), a match within {MATCH_MARGIN}; claim 4 max(SEQ-4, SEQ-5) - max(SEQ-2,"
+        " SEQ-3) held-out. The paper's size 6 is outside this sweep.")))  # fmt: skip
+    blocks.append(("h2", "Every arm"))
+    header = ["variant", "arm", "train reward (last half)", "held-out score", "atomic reward",
+              "compositions reward", "atomic acc", "compositions acc", "failed samples"]  # fmt: skip
+    rows = []
+    for key, r in results["arms"].items():
+        variant, arm = key.split("/")
+        rows.append([
+            variant, ARM_TITLES[arm], _fmt(r["train_reward"], r["train_reward_ci"]),
+            _fmt(r["heldout"], r["heldout_ci"]), _fmt(r["atomic_reward"]),
+            _fmt(r["compositions_reward"]), _fmt(r["atomic_accuracy"]),
+            _fmt(r["compositions_accuracy"]), str(r["failed"]),
+        ])  # fmt: skip
+    blocks.append(("table", header, rows))
+    names = [f"size {k}" for k in EVAL_SIZES] + list(OPERATORS) + [
+        "with an unseen env", "pool envs only"]  # fmt: skip
+    for variant in m["variants"]:
+        blocks.append(("h2", f"Held-out compositions by size and operator ({variant})"))
+        first = m["arms"][0]
+        counts = {n: results["groups"][f"{variant}/{first}/{n}"]["items"] for n in names}
+        header = ["arm", *(f"{n} (n={counts[n]})" for n in names)]
+        rows = [[ARM_TITLES[arm], *(_fmt(results["groups"][f"{variant}/{arm}/{n}"]["mean"],
+                                         results["groups"][f"{variant}/{arm}/{n}"]["ci"])
+                                    for n in names)]
+                for arm in m["arms"]]  # fmt: skip
+        blocks.append(("table", header, rows))
+        blocks.append(("img", f"plots/curves_{variant}.png"))
+    blocks.append(("img", "plots/sizes.png"))
+    blocks.append(("h2", "What each arm trained on (counted from the logged task ids)"))
+    header = ["variant", "arm", "seed", "updates", "tasks", "operators", "sizes", "envs",
+              "check"]  # fmt: skip
+    rows = []
+    for (variant, arm, seed), run in data["runs"].items():
+        mix = run["mixture"]
+        total = max(1, mix["tasks"])
+        rows.append([
+            variant, ARM_TITLES[arm], str(seed), str(mix["updates"]), str(mix["tasks"]),
+            ", ".join(f"{k} {v / total:.0%}" for k, v in sorted(mix["operators"].items())),
+            ", ".join(f"{k}: {v / total:.0%}" for k, v in mix["sizes"].items()),
+            str(len(mix["envs"])),
+            "; ".join(run["mixture_problems"]) or "as intended",
+        ])  # fmt: skip
+    blocks.append(("table", header, rows))
+    return blocks
+
+
+def _markdown(blocks: list[tuple]) -> str:
+    out = []
+    for block in blocks:
+        kind = block[0]
+        if kind == "h":
+            out.append(f"# {block[1]}")
+        elif kind == "h2":
+            out.append(f"## {block[1]}")
+        elif kind == "p":
+            out.append(block[1])
+        elif kind == "table":
+            header, rows = block[1], block[2]
+            lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+            out.append("\n".join(lines))
+        elif kind == "img":
+            out.append(f"![{block[1]}]({block[1]})")
+    return "\n\n".join(out) + "\n"
+
+
+def _html(blocks: list[tuple], folder: Path) -> str:
+    import base64
+
+    out = ["<!doctype html><meta charset='utf-8'><title>tirl study races</title>",
+           "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:"
+           "collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}</style>"]  # fmt: skip
+    for block in blocks:
+        kind = block[0]
+        if kind in ("h", "h2"):
+            tag = "h1" if kind == "h" else "h2"
+            out.append(f"<{tag}>{html.escape(block[1])}</{tag}>")
+        elif kind == "p":
+            out.append(f"<p>{html.escape(block[1])}</p>")
+        elif kind == "table":
+            head = "".join(f"<th>{html.escape(h)}</th>" for h in block[1])
+            body = "".join(
+                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                for row in block[2]
+            )
+            out.append(f"<table><tr>{head}</tr>{body}</table>")
+        elif kind == "img":
+            path = folder / block[1]
+            if path.is_file():
+                data = base64.b64encode(path.read_bytes()).decode()
+                out.append(f"<p><img src='data:image/png;base64,{data}'></p>")
+    return "\n".join(out) + "\n"
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_study_report(folder: Path) -> dict:
+    """Read the study folder, analyse it, write study.md, report.html, plots/ and results.json;
+    return the results."""
+    folder = Path(folder)
+    data = load(folder)
+    results = analyse(data)
+    variants = data["manifest"]["variants"]
+    for variant in variants:
+        _plot_curves(data, variant, folder / "plots" / f"curves_{variant}.png")
+    _plot_sizes(results, variants, folder / "plots" / "sizes.png")
+    blocks = report_blocks(data, results)
+    write_text(folder / "study.md", _markdown(blocks))
+    write_text(folder / "report.html", _html(blocks, folder))
+    results["mixtures"] = {
+        f"{v}/{a}/{s}": {**run["mixture"], "problems": run["mixture_problems"]}
+        for (v, a, s), run in data["runs"].items()
+    }
+    results["pool"] = data["manifest"]["pool"]
+    write_text(folder / "results.json", json.dumps(_jsonable(results), indent=2))
+    return results

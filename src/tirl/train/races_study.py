@@ -1,0 +1,190 @@
+"""`tirl study races`: does composition beat individual environments? RACES's study, tiny, on CPU.
+
+RACES (papers/003) claims that at the same training budget RL on composed environments
+generalizes better than RL on the same environments one at a time (Table 1), that individual RL
+reaches the higher training reward yet plateaus on held-out tasks (Figure 2), that compositions of
+a fifth of the environments match or beat all of them individually (Table 2), and that
+generalization is not monotonic in composition size (Table 3). This runs the same comparison on
+a tiny model (the task sets: `tirl.envs.study`):
+
+1. one SFT model per variant (`code`: the interpreter is on; `text`: text-only), on
+   demonstrations of atomic tasks and compositions of sizes 1-3 over the pool, evaluated on the
+   held-out sets (the curves' step 0);
+2. from that same SFT model, for every seed, RL of each arm (`tirl.envs.study.ARMS`: individual,
+   RACES, RACES-small, and SEQUENTIAL-only at sizes 2, 3, 4, 5) with one RL config: the same
+   steps, prompts, group size and token limits, and no adaptive batches, so every arm samples the
+   same number of rollouts. Every `eval.every_rl_steps` and at the end, a greedy pass over the
+   held-out atomic tasks and the held-out compositions;
+3. the analysis and report (`tirl.eval.races_study`, handed in: train does not import eval).
+
+Folder: `tasks/` (every task set as JSONL with `meta.split`, and `manifest.json`), `sft/` (the
+SFT run folder of both variants), `seed<N>/<arm>/` (each arm's run folder: metrics.jsonl with the
+ids of the tasks every update trained on, `train/tasks`; samples of the final evaluation), then
+the report's files. Seeds vary RL (sampling, initialization of the RL state), not SFT: every arm of
+every seed starts from the same weights, which is what "the same SFT start" asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from tirl.config import ConfigError, setting
+from tirl.envs.dataset import write_tasks
+from tirl.envs.operators import OPERATORS
+from tirl.envs.study import ARMS, EVAL_SIZES, StudyTasks, choose_pool, study_tasks
+from tirl.files import write_text
+from tirl.sandbox import Sandbox
+from tirl.train.config import RunConfig
+from tirl.train.pipeline import Evaluation, Pipeline, quiet_transformers, seed_everything
+from tirl.train.run_folder import claim_folder
+
+STUDY_ENTRIES: tuple[str, ...] = (
+    r"tasks",
+    r"sft",
+    r"seed\d+",
+    r"results\.json",
+    r"study\.md",
+    r"report\.html",
+    r"plots",
+)
+EVAL_SETS = ("atomic", "compositions")
+
+
+def _seeds_problem(seeds: list[int]) -> str | None:
+    if not seeds:
+        return "must name at least one seed"
+    if any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        return "must be distinct seeds >= 0"
+    return None
+
+
+def _arms_problem(arms: list[str]) -> str | None:
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        return f"unknown arm {unknown[0]!r}; the arms are {', '.join(ARMS)}"
+    if not arms or len(set(arms)) != len(arms):
+        return "must name distinct arms, at least one"
+    return None
+
+
+@dataclass
+class StudySettings:
+    """What the study compares and on how much (the model, SFT, RL and evaluation are `run`)."""
+
+    seeds: list[int] = setting(
+        factory=lambda: [0, 1, 2], doc="RL seeds of every arm", check=_seeds_problem
+    )
+    arms: list[str] = setting(
+        factory=lambda: list(ARMS), doc=f"the arms to train, of {', '.join(ARMS)}", check=_arms_problem
+    )
+    pool_size: int = setting(10, ">= 2", "base environments trained on (the shortest code)")
+    unseen: int = setting(2, ">= 0", "environments never trained on, only in held-out compositions")
+    arm_items: int = setting(400, ">= 1", "RL tasks written per arm (RL cycles over them)")
+    atomic_items: int = setting(32, ">= 1", "held-out atomic tasks")
+    per_cell: int = setting(4, ">= 1", "held-out compositions per (size 2-5, operator)")
+    task_seed: int = setting(0, ">= 0", "seeds the pool and every task set")
+
+
+@dataclass
+class RacesStudyConfig:
+    study: StudySettings = setting(factory=StudySettings, doc="the comparison")
+    run: RunConfig = setting(factory=RunConfig, doc="model, SFT, RL and evaluation of every arm")
+
+
+StudyReport = Callable[[Path], dict]  # (study folder) -> results; tirl.eval.races_study's
+
+
+def _source(path: Path) -> dict:
+    return {"source": "races", "path": str(path), "split_by": "meta"}
+
+
+def write_task_files(tasks: StudyTasks, folder: Path) -> dict:
+    """Every set as `folder/<name>.jsonl`; returns the manifest of what was written."""
+    sets = {"sft": tasks.sft, **{f"arm_{a}": ts for a, ts in tasks.arms.items()},
+            "heldout_atomic": tasks.atomic, "heldout_compositions": tasks.compositions}  # fmt: skip
+    for name, rows in sets.items():
+        write_tasks(rows, folder / f"{name}.jsonl")
+    manifest = {
+        "pool": asdict(tasks.pool),
+        "files": {name: f"{name}.jsonl" for name in sets},
+        "rows": {name: len(rows) for name, rows in sets.items()},
+    }
+    return manifest
+
+
+def base_config(cfg: RacesStudyConfig, tasks_dir: Path) -> RunConfig:
+    """The run config every phase shares: SFT on the SFT set, evaluation on the held-out sets."""
+    s = cfg.study
+    run = cfg.run
+    evals = [
+        {"name": "atomic", "items": s.atomic_items, **_source(tasks_dir / "heldout_atomic.jsonl")},
+        {"name": "compositions", "items": len(EVAL_SIZES) * len(OPERATORS) * s.per_cell,
+         **_source(tasks_dir / "heldout_compositions.jsonl")},
+    ]  # fmt: skip
+    data = replace(run.data, train=[_source(tasks_dir / "sft.jsonl")], eval=evals)
+    return replace(run, data=data)
+
+
+def arm_config(base: RunConfig, tasks_dir: Path, arm: str, seed: int) -> RunConfig:
+    """An arm's RL: its own task file from item 0 (SFT is not rerun), everything else shared."""
+    data = replace(base.data, train=[_source(tasks_dir / f"arm_{arm}.jsonl")])
+    return replace(base, seed=seed, data=data, sft=replace(base.sft, examples=0))
+
+
+def run_study(
+    cfg: RacesStudyConfig, out_dir: Path, evaluation: Evaluation, report: StudyReport
+) -> dict:
+    """Write the task sets, train and evaluate every arm, write the report; its results."""
+    if cfg.run.rl.adaptive_batch:
+        raise ConfigError(
+            "run.rl.adaptive_batch must be false: adaptive batches sample more rollouts for some"
+            " arms than for others, and the study compares arms at the same number of rollouts",
+            "run.rl.adaptive_batch",
+        )
+    s = cfg.study
+    try:  # every task set before anything is written: a pool that cannot be made is one line
+        pool = choose_pool(s.pool_size, s.unseen, s.task_seed)
+        tasks = study_tasks(
+            pool, s.task_seed, cfg.run.sft.examples, s.arm_items, s.atomic_items, s.per_cell
+        )
+    except ValueError as e:
+        raise ConfigError(f"study: {e}") from None
+    quiet_transformers(cfg.run)
+    out_dir = Path(out_dir)
+    with claim_folder(out_dir, "study", STUDY_ENTRIES, resume=False):
+        manifest = write_task_files(tasks, out_dir / "tasks")
+        manifest.update(arms=list(s.arms), seeds=list(s.seeds), variants=list(cfg.run.variants))
+        write_text(out_dir / "tasks" / "manifest.json", json.dumps(manifest, indent=2))
+        asyncio.run(_train_all(cfg, out_dir, evaluation))
+        return report(out_dir)
+
+
+async def _train_all(cfg: RacesStudyConfig, out_dir: Path, evaluation: Evaluation) -> None:
+    tasks_dir = out_dir / "tasks"
+    base = base_config(cfg, tasks_dir)
+    sft_pipeline = Pipeline(base, out_dir / "sft", evaluation)
+    sft_pipeline.prepare()  # one tokenizer, trained on the SFT set, for every run
+    async with Sandbox(base.sandbox.limits(), preload=tuple(base.sandbox.preload)) as sandbox:
+        for variant in base.variants:
+            use_tools = variant == "code"
+            seed_everything(base.seed)
+            model = sft_pipeline.make_model()
+            await sft_pipeline.sft(variant, model, sandbox, use_tools)
+            start = copy.deepcopy(model.state_dict())
+            for seed in cfg.study.seeds:
+                for arm in cfg.study.arms:
+                    arm_cfg = arm_config(base, tasks_dir, arm, seed)
+                    pipeline = Pipeline(arm_cfg, out_dir / f"seed{seed}" / arm, evaluation)
+                    pipeline.prepare(sft_pipeline.tokenizer)
+                    model.load_state_dict(start)
+                    seed_everything(seed)
+                    try:
+                        await pipeline.rl(variant, model, sandbox, use_tools, arm_cfg)
+                    finally:
+                        pipeline.logger.close()
+    sft_pipeline.logger.close()

@@ -1,0 +1,206 @@
+"""`tirl study races` (issue 18): held-out sets disjoint from training, a reduced study end to end
+whose report has its structure and whose arms trained on exactly their mixtures (counted from the
+logged task ids), and the analysis's rules on hand-made cases."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tirl.cli import main
+from tirl.config import ConfigError
+from tirl.envs.core import REGISTRY
+from tirl.envs.study import (
+    ARM_SPECS,
+    ARMS,
+    EVAL_SIZES,
+    choose_pool,
+    composition_key,
+    composition_side,
+    item_key,
+    study_tasks,
+)
+from tirl.eval.races_study import heldout_score, mixture_check, verdict
+from tirl.tasks.sources.races import RacesSource
+
+POOL = choose_pool(10, 2, 0)
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return study_tasks(POOL, 0, sft_items=300, arm_items=120, atomic_items=24, per_cell=3)
+
+
+def test_the_pool_is_short_int_environments_with_a_fifth_for_races_small():
+    names = [*POOL.train, *POOL.unseen]
+    assert len(POOL.train) == 10 and len(POOL.unseen) == 2 and len(set(names)) == 12
+    assert all(REGISTRY.get(n).signature == ("int", "int") for n in names)
+    assert set(POOL.small) <= set(POOL.train) and len(POOL.small) == 2
+    assert choose_pool(10, 2, 0) == POOL  # a function of the seed
+    with pytest.raises(ValueError, match="only .* int -> int environments"):
+        choose_pool(500, 2, 0)
+
+
+def test_held_out_sets_share_no_item_and_no_composition_with_any_training_set(tasks):
+    training = [*tasks.sft, *(t for ts in tasks.arms.values() for t in ts)]
+    trained_compositions = {composition_key(t) for t in training if len(t.envs) > 1}
+    trained_items = {item_key(t) for t in training}
+    trained_prompts = {t.prompt for t in training}
+    held = [*tasks.atomic, *tasks.compositions]
+    assert not {composition_key(t) for t in tasks.compositions} & trained_compositions
+    assert not {item_key(t) for t in held} & trained_items
+    assert not {t.prompt for t in held} & trained_prompts
+    # the unseen environments: in no training set and no atomic task, only in compositions
+    unseen = set(POOL.unseen)
+    assert not any(set(t.envs) & unseen for t in training)
+    assert not any(set(t.envs) & unseen for t in tasks.atomic)
+    assert {e for t in tasks.compositions for e in t.envs} >= unseen
+    # a composition's side depends on its names alone; a training one is on the train side
+    assert all(composition_side(composition_key(t), POOL.unseen) == "test" for t in tasks.compositions)
+    assert all(
+        composition_side(composition_key(t), POOL.unseen) == "train"
+        for t in training if len(t.envs) > 1
+    )  # fmt: skip
+    # every size and operator held out, each composition once
+    cells = {(len(t.envs), t.operator) for t in tasks.compositions}
+    assert len(cells) == len(EVAL_SIZES) * 4 and len(tasks.compositions) == 3 * len(cells)
+    assert len({composition_key(t) for t in tasks.compositions}) == len(tasks.compositions)
+    assert {t.meta["split"] for t in held} == {"test"}
+    assert {t.meta["split"] for t in training} == {"train"}
+
+
+def test_every_arm_draws_its_own_mixture(tasks):
+    for arm in ARMS:
+        spec = ARM_SPECS[arm]
+        rows = tasks.arms[arm]
+        pool = set(POOL.small if spec.small_pool else POOL.train)
+        assert rows, arm
+        assert {t.operator for t in rows} <= set(spec.mixture), arm
+        assert all(spec.sizes[0] <= len(t.envs) <= spec.sizes[1] for t in rows), arm
+        assert {e for t in rows for e in t.envs} <= pool, arm
+    assert {t.operator for t in tasks.arms["races"]} == {"sequential", "parallel", "sort", "select"}
+
+
+def test_a_file_split_by_meta_keeps_each_rows_split(tmp_path, tasks):
+    from tirl.envs.dataset import write_tasks
+
+    path = tmp_path / "t.jsonl"
+    write_tasks([*tasks.arms["seq2"][:5], *tasks.compositions[:3]], path)
+    source = RacesSource(path=str(path), split_by="meta")
+    source.validate()
+    assert source.size("train") == 5 and source.size("test") == 3
+    assert source.item("test", 0).problem == tasks.compositions[0].prompt
+    with pytest.raises(ConfigError, match="split_by: applies to a tasks file"):
+        RacesSource(split_by="meta").validate()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[1]["meta"]["split"] = "valid"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match=r"t\.jsonl:2: split_by is 'meta' but the row's meta"):
+        RacesSource(path=str(path), split_by="meta").validate()
+
+
+def test_verdicts_and_scores_on_hand_made_cases():
+    assert verdict(0.01, 0.2) == "reproduced"
+    assert verdict(-0.3, -0.05) == "not reproduced"
+    assert verdict(-0.1, 0.1) == "inconclusive"
+    assert verdict(math.nan, 0.1) == "inconclusive"
+    # held-out score: the mean of each set's mean (2 seeds x items), NaN items left out
+    mats = {
+        "atomic": np.array([[1.0, 0.0], [1.0, 1.0]]),  # mean 0.75
+        "compositions": np.array([[0.5, np.nan, 0.0], [0.25, 0.25, 0.5]]),  # mean 0.3
+    }
+    assert heldout_score(mats) == pytest.approx((0.75 + 0.3) / 2)
+
+
+def test_the_mixture_check_names_what_an_arm_should_not_have_trained_on():
+    pool = {"train": list(POOL.train), "small": list(POOL.small), "unseen": list(POOL.unseen)}
+    a, b = POOL.train[:2]
+    good = {"tasks": 2, "operators": {"sequential": 2}, "sizes": {"2": 2},
+            "envs": {a: 2, b: 2}, "compositions": [[a, b]]}  # fmt: skip
+    assert mixture_check(good, "seq2", pool, set()) == []
+    bad = {**good, "sizes": {"3": 2}, "operators": {"sort": 2},
+           "envs": {POOL.unseen[0]: 1, a: 1}, "compositions": [[a, b]]}  # fmt: skip
+    problems = mixture_check(bad, "seq2", pool, {(a, b)})
+    assert any("sizes outside 2-2" in p for p in problems)
+    assert any("operators outside" in p for p in problems)
+    assert any(POOL.unseen[0] in p for p in problems)
+    assert any("held-out compositions trained on" in p for p in problems)
+    assert mixture_check({**good, "tasks": 0}, "seq2", pool, set()) == ["trained on no task"]
+
+
+REDUCED = [
+    "study.seeds=[0]", "study.arm_items=24", "study.atomic_items=4", "study.per_cell=1",
+    "run.model.hidden_size=32", "run.model.layers=1", "run.model.heads=2",
+    "run.model.tokenizer_corpus_items=60", "run.sft.steps=4", "run.sft.examples=48",
+    "run.sft.batch_size=8", "run.rl.steps=2", "run.rl.prompts_per_step=2", "run.rl.group_size=2",
+    "run.rl.max_model_tokens=24", "run.eval.max_model_tokens=24", "run.eval.every_rl_steps=1",
+]  # fmt: skip
+
+
+def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(tmp_path, capsys):
+    out = tmp_path / "study"
+    assert main(["study", "races", "--out", str(out), *REDUCED]) == 0
+    printed = capsys.readouterr().out
+    assert "code: claims 1:" in printed and "text: claims 1:" in printed
+
+    # the report's structure
+    md = (out / "study.md").read_text()
+    for heading in ("## The four claims", "## Every arm", "## What each arm trained on",
+                    "## Held-out compositions by size and operator (code)",
+                    "## Held-out compositions by size and operator (text)"):  # fmt: skip
+        assert heading in md, heading
+    claims = md.split("## The four claims")[1].split("##")[0]
+    claim_rows = [line for line in claims.splitlines() if line.startswith("| ") and "claim" not in line]
+    assert len(claim_rows) == 4
+    for row in claim_rows:
+        assert row.count("reproduced") + row.count("inconclusive") >= 2, row
+    arm_rows = md.split("## Every arm")[1].split("##")[0].count("\n| ") - 1
+    assert arm_rows == 2 * len(ARMS)
+    for plot in ("curves_code.png", "curves_text.png", "sizes.png"):
+        assert (out / "plots" / plot).read_bytes()[:4] == b"\x89PNG"
+    page = (out / "report.html").read_text()
+    assert page.count("<table>") >= 5 and page.count("data:image/png;base64,") == 3
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["claims"]) == {"code", "text"}
+    assert all(len(v) == 4 for v in results["claims"].values())
+
+    # what every arm trained on, counted here from the logged task ids and the arm's task file
+    manifest = json.loads((out / "tasks" / "manifest.json").read_text())
+    heldout = {tuple(json.loads(line)["envs"])
+               for line in (out / "tasks" / "heldout_compositions.jsonl").read_text().splitlines()}  # fmt: skip
+    per_run = 2 * 2  # rl.steps x rl.prompts_per_step: no adaptive batches, every step updates
+    for arm in ARMS:
+        spec = ARM_SPECS[arm]
+        pool = set(manifest["pool"]["small" if spec.small_pool else "train"])
+        rows = (out / "tasks" / f"arm_{arm}.jsonl").read_text().splitlines()
+        rows = [json.loads(line) for line in rows]
+        records = [json.loads(line) for line in (out / "seed0" / arm / "metrics.jsonl").open()]
+        for variant in ("code", "text"):
+            ids = [i for r in records if r["variant"] == variant and r["phase"] == "rl"
+                   for i in r.get("train/tasks", [])]  # fmt: skip
+            assert sorted(ids) == sorted(f"races/train/{k}" for k in range(per_run)), (arm, ids)
+            trained = [rows[int(i.rsplit("/", 1)[1])] for i in ids]
+            assert {r["operator"] for r in trained} <= set(spec.mixture), arm
+            assert all(spec.sizes[0] <= len(r["envs"]) <= spec.sizes[1] for r in trained), arm
+            assert {e for r in trained for e in r["envs"]} <= pool, arm
+            assert not {tuple(r["envs"]) for r in trained} & heldout, arm
+            assert results["mixtures"][f"{variant}/{arm}/0"]["problems"] == []
+            assert results["mixtures"][f"{variant}/{arm}/0"]["tasks"] == per_run
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("study.arms=[individual,bogus]", "unknown arm 'bogus'"),
+        ("run.rl.adaptive_batch=true", "run.rl.adaptive_batch must be false"),
+        ("study.pool_size=400", "int -> int environments"),
+    ],
+)
+def test_a_bad_study_config_is_one_line(override, words, tmp_path, capsys):
+    assert main(["study", "races", "--out", str(tmp_path / "s"), override]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
