@@ -137,7 +137,7 @@ REDUCED = [
     "run.model.hidden_size=32", "run.model.layers=1", "run.model.heads=2",
     "run.model.tokenizer_corpus_items=60", "run.sft.steps=4", "run.sft.examples=48",
     "run.sft.batch_size=8", "run.rl.steps=2", "run.rl.prompts_per_step=2", "run.rl.group_size=2",
-    "run.rl.max_model_tokens=24", "run.eval.max_model_tokens=24", "run.eval.every_rl_steps=1",
+    "run.rl.max_model_tokens=24", "run.eval.max_model_tokens=24", "run.eval.every_rl_steps=0",
 ]  # fmt: skip
 
 

@@ -172,6 +172,8 @@ def load(folder: Path) -> dict:
             for seed in manifest["seeds"]:
                 run_dir = folder / f"seed{seed}" / arm
                 progress = json.loads((run_dir / "eval_progress.json").read_text())
+                records = _rl_records(run_dir, variant)
+                steps = len(records)
                 run: dict = {"sets": {}, "curves": {}}
                 for s in SETS:
                     reward, correct, failed = _item_scores(
@@ -179,10 +181,8 @@ def load(folder: Path) -> dict:
                     )
                     run["sets"][s] = {"reward": reward, "correct": correct, "failed": failed}
                     curve = _curve(run_dir, variant, s, sft_eval[variant]["sft"][s]["eval/reward"])
-                    steps = max((r["step"] for r in _rl_records(run_dir, variant)), default=-1) + 1
                     curve.append((steps, progress[variant]["rl"][s]["eval/reward"]))
                     run["curves"][s] = curve
-                records = _rl_records(run_dir, variant)
                 run["train_curve"] = [
                     (r["step"] + 1, r["train/reward_mean"]) for r in records
                     if "train/reward_mean" in r
