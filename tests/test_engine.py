@@ -335,3 +335,32 @@ def test_a_step_that_failed_after_its_forward_pass_leaves_the_sequence_whole(
     full = prompt + first.ids[:1] + [11] + out.ids  # [9, 10] and the unfed token went
     ref = _reference_logprobs(tiny_model, full, len(full) - len(out.ids), out.ids)
     assert max(abs(a - b) for a, b in zip(ref, out.logprobs)) < 1e-4
+
+
+def test_slot_engines_on_one_model_in_two_threads_overlap_and_leave_its_attention_as_it_was(
+    tiny_model, tokenizer
+):
+    """Two servers (or router replicas) on one model: their slot passes overlap in time. The
+    model's own attention name must come back when both are done, and each thread must get
+    what it gets alone (an overlapping pass once left the config on "tirl_slots" for good,
+    and the next mask lookup recursed)."""
+    import threading
+
+    prompts = [tokenizer(f"Problem: {i} * {i + 3} - 1\n")["input_ids"][: 4 + i] for i in range(7)]
+    alone, _ = _seeded_workload(tiny_model, prompts, "slots")
+    own = tiny_model.config._attn_implementation
+    results = [None, None]
+
+    def work(i):
+        results[i] = _seeded_workload(tiny_model, prompts, "slots")[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert tiny_model.config._attn_implementation == own
+    for got in results:
+        assert [ids for ids, _ in got] == [ids for ids, _ in alone]
+    after, _ = _seeded_workload(tiny_model, prompts, "padded")  # the model's own attention
+    assert [ids for ids, _ in after] == [ids for ids, _ in alone]

@@ -35,6 +35,7 @@ the most rows in flight, and is not shrunk: sized for the small models this engi
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -55,7 +56,7 @@ def supports(model) -> bool:
     "eager", every layer full attention, no soft-capped logits."""
     config = model.config
     return (
-        getattr(config, "_attn_implementation", None) in ("sdpa", "eager")
+        own_implementation(config) in ("sdpa", "eager")
         and "sliding_attention" not in (getattr(config, "layer_types", None) or ())
         and getattr(config, "attn_logit_softcapping", None) is None
         and not getattr(config, "is_encoder_decoder", False)
@@ -141,6 +142,36 @@ def slot_attention(module, query, key, value, attention_mask, scaling=None, drop
 # The implementation a model had before a pass of ours named "tirl_slots", by id(config): what
 # a concurrent forward pass of someone else gets, and the masks it is built.
 _ORIGINALS: dict[int, str] = {}
+
+
+_PASSES: dict[int, int] = {}  # slot passes running now, by id(config)
+_PASSES_LOCK = threading.Lock()
+
+
+def _enter_pass(config) -> None:
+    """Name "tirl_slots" in the config while any slot pass on it runs (engines on one model in
+    several threads overlap): the first pass records the model's own implementation, the last
+    one to leave puts it back."""
+    with _PASSES_LOCK:
+        key = id(config)
+        if not _PASSES.get(key):
+            _ORIGINALS[key] = config._attn_implementation
+            config._attn_implementation = ATTENTION_NAME
+        _PASSES[key] = _PASSES.get(key, 0) + 1
+
+
+def _leave_pass(config) -> None:
+    with _PASSES_LOCK:
+        key = id(config)
+        _PASSES[key] -= 1
+        if not _PASSES[key]:
+            config._attn_implementation = _ORIGINALS[key]
+
+
+def own_implementation(config) -> str | None:
+    """The model's own attention implementation, also while a slot pass has it renamed."""
+    name = getattr(config, "_attn_implementation", None)
+    return _ORIGINALS.get(id(config), name) if name == ATTENTION_NAME else name
 
 
 def _original_attention(module):
@@ -282,7 +313,7 @@ class SlotRows:
         keeps_last_logits: bool = True,
     ) -> None:
         if not supports(model):
-            impl = getattr(model.config, "_attn_implementation", None)
+            impl = own_implementation(model.config)
             raise ValueError(
                 f"kv_cache='slots' needs full attention by 'sdpa' or 'eager' (this model: {impl!r},"
                 " or sliding-window / soft-capped layers); use kv_cache='padded'"
@@ -371,9 +402,7 @@ class SlotRows:
         if self.keeps_last_logits:
             kwargs["logits_to_keep"] = ends.to(self.device)
         config = self.model.config
-        original = config._attn_implementation
-        _ORIGINALS[id(config)] = original
-        config._attn_implementation = ATTENTION_NAME  # this pass's attention: slot_attention
+        _enter_pass(config)  # this pass's attention: slot_attention
         try:
             out = self.model(
                 input_ids=torch.tensor([ids], device=self.device),
@@ -384,7 +413,7 @@ class SlotRows:
                 **kwargs,
             )
         finally:
-            config._attn_implementation = original
+            _leave_pass(config)
         logits = out.logits[0] if self.keeps_last_logits else out.logits[0, ends.to(self.device)]
         if order == list(range(len(keys))):
             return logits
