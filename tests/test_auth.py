@@ -147,8 +147,25 @@ def test_the_sandbox_server_wants_the_key_on_every_route(sandbox_server):
     assert _statuses(url, "POST", "/v1/sessions") == [401, 401, 200]
     assert _statuses(url, "GET", "/metrics") == [401, 401, 200]
     assert _statuses(url, "POST", "/v1/sessions/f00d/run", {"code": "1"}) == [401, 401, 404]
+    assert _statuses(url, "GET", "/v1/channel") == [401, 401, 400]  # 400: not a WebSocket
     status, body = asyncio.run(_status(url, "POST", "/v1/run", None, {"code": "1"}))
     assert "Authorization: Bearer" in body["error"]
+
+
+def test_the_session_channel_opens_only_with_the_key(sandbox_server):
+    async def connect(key):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        async with aiohttp.ClientSession(trust_env=False, headers=headers) as http:
+            try:
+                ws = await http.ws_connect(sandbox_server.url + "/v1/channel")
+            except aiohttp.WSServerHandshakeError as e:
+                return e.status
+            await ws.send_str(json.dumps({"id": 1, "op": "run_once", "code": "print(2)"}))
+            reply = json.loads((await ws.receive()).data)
+            await ws.close()
+            return reply["body"]["stdout"]
+
+    assert [asyncio.run(connect(k)) for k in (None, "wrong", KEY)] == [401, 401, "2\n"]
 
 
 def test_sandbox_health_says_only_its_status_without_the_key(sandbox_server):

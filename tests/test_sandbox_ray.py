@@ -130,6 +130,39 @@ def test_sessions_spread_over_actors_and_cells_run_on_their_actor(pool):
     assert [cells[a["pid"]] - ok_before.get(a["pid"], 0) for a in live] == ran
 
 
+def test_many_sessions_at_once_share_actor_calls_and_get_their_own_replies(pool):
+    # 40 sleeping cells on 2 actors: more than COALESCE_MIN_RUNNING run on each at once, so
+    # exchanges carry many requests and replies (and wait to coalesce them)
+    async def one(i: int):
+        async with await pool.session() as s:
+            assert (await s.run(f"v = {i}")).ok
+            r = await s.run("import time\ntime.sleep(0.3)\nprint(v * v)")
+            return r.stdout
+
+    async def main():
+        return await asyncio.gather(*(one(i) for i in range(40)))
+
+    assert asyncio.run(main()) == [f"{i * i}\n" for i in range(40)]
+
+
+def test_a_cancelled_run_kills_its_session_on_the_actor(pool):
+    async def main():
+        s = await pool.session()
+        cell = asyncio.ensure_future(s.run("import time\ntime.sleep(60)", timeout_s=60))
+        await asyncio.sleep(0.5)  # most likely running; either way the session must die
+        cell.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cell
+        assert not s.alive
+        deadline = time.monotonic() + 20
+        while any(s.id in a.get("session_pids", {}) for a in (await pool.stats())["actors"]):
+            assert time.monotonic() < deadline, "the actor did not end the cancelled session"
+            await asyncio.sleep(0.05)
+        await s.close()
+
+    asyncio.run(main())
+
+
 def test_unknown_session_id_gives_killed(pool):
     d = ray.get(pool.actors[0].run.remote("no-such-id", "1", None), timeout=60)
     assert d["status"] == Status.KILLED.value

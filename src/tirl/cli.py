@@ -660,8 +660,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pool-size",
         type=number(int, "[0, 4096]"),
-        default=4,
-        help="sessions forked ahead of requests (default: 4)",
+        default=32,
+        help="sessions forked ahead of requests and refilled in the background; size it to the"
+        " largest burst of opens this server should answer at once (default: 32)",
     )
     p.add_argument(
         "--preload",

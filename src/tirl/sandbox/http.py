@@ -9,7 +9,9 @@
     POST   /v1/sessions/{id}/fork     -> {"id": ...}            copy-on-write branch
     DELETE /v1/sessions/{id}          -> {"id": ..., "closed": true}
     POST   /v1/run                    {"code", "timeout_s"} -> ExecResult.to_dict()  (stateless)
-    GET    /health                    -> status, live sessions, uptime, limits
+    GET    /v1/channel                WebSocket carrying the calls above for many sessions at once
+                                      (tirl.sandbox.channel); its sessions are its own
+    GET    /health                    -> status, live sessions, pool, uptime, limits
     GET    /metrics                   -> Prometheus text format
 
 Errors are JSON `{"error": "..."}`: 400 for a malformed request (the message names the field),
@@ -17,10 +19,15 @@ Errors are JSON `{"error": "..."}`: 400 for a malformed request (the message nam
 open a session. A per-call `timeout_s` is capped at the server's `max_timeout_s`. Sessions
 idle for `idle_ttl_s` are closed, so a client that crashed does not leak processes.
 
+Opening a session takes one from a pool of sessions forked ahead of time (`--pool-size`,
+refilled in the background) when one is ready, else forks one; the fork rate of a machine is
+what bounds a burst of opens larger than the pool (BENCHMARKS.md, "The sandbox as a service").
+
 `HTTPSandbox` is the client (a `SandboxClient`). Given several server URLs (one per node), it
 opens each new session on the server with the fewest live sessions of this client and sends
-every later call on that session to the same server. A session whose server stops answering
-returns Status.KILLED and is not alive; `restore()` replays its history on a server that answers.
+every later call on that session to the same server, on one channel per server (or one HTTP
+request per call with `channel=False`). A session whose server stops answering returns
+Status.KILLED and is not alive; `restore()` replays its history on a server that answers.
 
 Security: anyone who can use the server can run code as the user that runs it. With an API key
 (`api_key`; `tirl sandbox serve` reads `$TIRL_API_KEY`, or the variable `--api-key-env` names)
@@ -34,14 +41,14 @@ front, or the key crosses the network in clear text.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
-import math
 import os
 import signal
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
@@ -57,19 +64,32 @@ from tirl.httpauth import (
     redact_health,
 )
 from tirl.sandbox.api import SandboxClient, SandboxError, SessionBase
+from tirl.sandbox.channel import (
+    ALIVE_HEADER,
+    CHANNEL_PATH,
+    MAX_REQUEST_BYTES,
+    BadRequest,
+    Channel,
+    Connection,
+    Reply,
+    RestLink,
+    Unreachable,
+    cell_fields,
+    close_channels,
+    result_from_wire,
+    result_to_wire,
+    serve_channel,
+)
 from tirl.sandbox.local import Sandbox, Session
 from tirl.sandbox.result import ExecResult, Status
 
-ALIVE_HEADER = "X-Tirl-Session-Alive"
 DEFAULT_MAX_TIMEOUT_S = 60.0
 DEFAULT_IDLE_TTL_S = 600.0
-MAX_REQUEST_BYTES = 16 << 20  # a cell's source; far above any real cell
 SHUTDOWN_TIMEOUT_S = 5.0  # in-flight requests get this long once the sandbox is closed
 CONTROL_TIMEOUT_S = 60.0  # open, fork, health: covers a zygote restart on the server
 CLOSE_TIMEOUT_S = 5.0
 RUN_MARGIN_S = 10.0  # HTTP timeout of a run = cell timeout + grace + this (kill, reap, network)
 DOWN_RETRY_S = 5.0  # a server that failed is not offered new sessions for this long
-CONNECT_TIMEOUT_S = 5.0
 # The client drops idle keep-alive connections after 15 s and the server after 75 s, so the
 # client never sends a request on a connection the server is closing at that very moment.
 CLIENT_KEEPALIVE_S = 15.0
@@ -83,22 +103,22 @@ def _json_error(status: int, message: str, headers: dict[str, str] | None = None
     return web.json_response({"error": message}, status=status, headers=headers)
 
 
-class _BadRequest(Exception):
-    """A malformed request; the message says which field is wrong and what was expected."""
-
-
 @dataclass
 class _Entry:
     session: Session
     last_used: float
+    owner: object | None = None  # the channel that opened it; None: the REST routes
     busy: int = 0  # requests in flight; the idle reaper leaves busy sessions alone
+
+
+CLOSE_REASONS = ("client", "idle", "disconnect")  # disconnect: its channel closed
 
 
 @dataclass
 class _Counters:
     created: int = 0
     forks: int = 0
-    closed: dict[str, int] = field(default_factory=lambda: {"client": 0, "idle": 0})
+    closed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLOSE_REASONS, 0))
     cells: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in Status})
     cell_seconds: float = 0.0
 
@@ -124,6 +144,7 @@ class SandboxServer:
         self.counters = _Counters()
         self._sessions: dict[str, _Entry] = {}
         self._reaper: asyncio.Task | None = None
+        self.channels: set[Any] = set()  # open channels (tirl.sandbox.channel), for shutdown
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -132,11 +153,12 @@ class SandboxServer:
         )
         app.add_routes(
             [
-                web.post("/v1/sessions", self.open_session),
-                web.post("/v1/sessions/{id}/run", self.run_cell),
-                web.post("/v1/sessions/{id}/fork", self.fork_session),
-                web.delete("/v1/sessions/{id}", self.close_session),
-                web.post("/v1/run", self.run_once),
+                web.post("/v1/sessions", self.rest, name="open"),
+                web.post("/v1/sessions/{id}/run", self.rest, name="run"),
+                web.post("/v1/sessions/{id}/fork", self.rest, name="fork"),
+                web.delete("/v1/sessions/{id}", self.rest, name="close"),
+                web.post("/v1/run", self.rest, name="run_once"),
+                web.get(CHANNEL_PATH, self.channel),
                 web.get("/health", self.health),
                 web.get("/metrics", self.metrics),
             ]
@@ -156,25 +178,29 @@ class SandboxServer:
             self._reaper.cancel()
         self._sessions.clear()
         await self.sandbox.close()
+        await close_channels(self.channels)
 
-    # -- handlers ---------------------------------------------------------------------------
+    # -- the operations, shared by the REST routes and the channel (tirl.sandbox.channel) ------
+    # Each returns (HTTP status, JSON body, whether the session is alive or None). `owner` is
+    # the channel a session belongs to (None: the REST routes); a session is found only by its
+    # owner, so no client reaches the sessions another channel opened.
 
-    async def open_session(self, request: web.Request) -> web.Response:
+    async def op_open(self, owner: object | None = None) -> Reply:
         try:
             session = await self.sandbox.session()
         except SandboxError as e:
-            return _json_error(503, f"could not open a session: {e}")
-        self._register(session)
-        return web.json_response({"id": session.id})
+            return 503, {"error": f"could not open a session: {e}"}, None
+        self._register(session, owner)
+        return 200, {"id": session.id}, None
 
-    async def run_cell(self, request: web.Request) -> web.Response:
+    async def op_run(self, sid: str, body: Any, owner: object | None = None) -> Reply:
         try:
-            code, timeout_s = await self._parse_cell(request)
-        except _BadRequest as e:
-            return _json_error(400, str(e))
-        entry = self._lookup(request)  # after reading the body, so the reaper cannot interfere
+            code, timeout_s = self._cell_fields(body)
+        except BadRequest as e:
+            return 400, {"error": str(e)}, None
+        entry = self._lookup(sid, owner)  # after reading the body, so the reaper cannot interfere
         if entry is None:
-            return self._unknown(request)
+            return self._unknown(sid)
         entry.busy += 1
         try:
             result = await entry.session.run(code, timeout_s)
@@ -182,44 +208,73 @@ class SandboxServer:
             entry.busy -= 1
             entry.last_used = time.monotonic()
         self._count(result)
-        alive = "1" if entry.session.alive else "0"
-        return web.json_response(result.to_dict(), headers={ALIVE_HEADER: alive})
+        return 200, result_to_wire(result), entry.session.alive
 
-    async def fork_session(self, request: web.Request) -> web.Response:
-        entry = self._lookup(request)
+    async def op_fork(self, sid: str, owner: object | None = None) -> Reply:
+        entry = self._lookup(sid, owner)
         if entry is None:
-            return self._unknown(request)
+            return self._unknown(sid)
         entry.busy += 1
         try:
             child = await entry.session.fork()
         except SandboxError as e:
-            alive = "1" if entry.session.alive else "0"
-            return _json_error(409, str(e), headers={ALIVE_HEADER: alive})
+            return 409, {"error": str(e)}, entry.session.alive
         finally:
             entry.busy -= 1
             entry.last_used = time.monotonic()
-        self._register(child)
+        self._register(child, owner)
         self.counters.forks += 1
-        return web.json_response({"id": child.id})
+        return 200, {"id": child.id}, None
 
-    async def close_session(self, request: web.Request) -> web.Response:
-        entry = self._sessions.pop(request.match_info["id"], None)
-        if entry is None:
-            return self._unknown(request)
+    async def op_close(self, sid: str, owner: object | None = None) -> Reply:
+        entry = self._sessions.get(sid)
+        if entry is None or entry.owner is not owner:
+            return self._unknown(sid)
+        del self._sessions[sid]
         await entry.session.close()
         self.counters.closed["client"] += 1
-        return web.json_response({"id": entry.session.id, "closed": True})
+        return 200, {"id": sid, "closed": True}, None
 
-    async def run_once(self, request: web.Request) -> web.Response:
+    async def op_run_once(self, body: Any) -> Reply:
         try:
-            code, timeout_s = await self._parse_cell(request)
+            code, timeout_s = self._cell_fields(body)
             result = await self.sandbox.run_once(code, timeout_s)
-        except _BadRequest as e:
-            return _json_error(400, str(e))
+        except BadRequest as e:
+            return 400, {"error": str(e)}, None
         except SandboxError as e:
-            return _json_error(503, f"could not open a session: {e}")
+            return 503, {"error": f"could not open a session: {e}"}, None
         self._count(result)
-        return web.json_response(result.to_dict())
+        return 200, result_to_wire(result), None
+
+    async def drop_owner(self, owner: object) -> None:
+        """Close every session of a channel that went away (its client can no longer reach
+        them)."""
+        mine = [sid for sid, e in self._sessions.items() if e.owner is owner]
+        entries = [self._sessions.pop(sid) for sid in mine]
+        self.counters.closed["disconnect"] += len(entries)
+        await asyncio.gather(*(e.session.close() for e in entries), return_exceptions=True)
+
+    # -- REST handlers ----------------------------------------------------------------------
+
+    async def rest(self, request: web.Request) -> web.Response:
+        """Every session route: the op its route is named after (see `app`)."""
+        op, sid = request.match_info.route.name, request.match_info.get("id", "")
+        if op in ("run", "run_once"):
+            try:
+                body = await _json_body(request)
+            except BadRequest as e:
+                return _json_error(400, str(e))
+            reply = await (self.op_run(sid, body) if op == "run" else self.op_run_once(body))
+        elif op == "open":
+            reply = await self.op_open()
+        else:
+            reply = await (self.op_fork(sid) if op == "fork" else self.op_close(sid))
+        status, body, alive = reply
+        headers = None if alive is None else {ALIVE_HEADER: "1" if alive else "0"}
+        return web.json_response(body, status=status, headers=headers)
+
+    async def channel(self, request: web.Request) -> web.StreamResponse:
+        return await serve_channel(self, request)
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response(
@@ -234,6 +289,8 @@ class SandboxServer:
                     "idle_ttl_s": self.idle_ttl_s,
                     "preload": list(self.sandbox.preload),
                     "pool_size": self.sandbox.pool_size,
+                    "pool_ready": len(self.sandbox._pool),  # forked, waiting for an open
+                    "channels": len(self.channels),
                     "pid": os.getpid(),
                 },
             )
@@ -246,49 +303,24 @@ class SandboxServer:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _register(self, session: Session) -> None:
-        self._sessions[session.id] = _Entry(session, time.monotonic())
+    def _register(self, session: Session, owner: object | None) -> None:
+        self._sessions[session.id] = _Entry(session, time.monotonic(), owner)
         self.counters.created += 1
 
-    def _lookup(self, request: web.Request) -> _Entry | None:
-        return self._sessions.get(request.match_info["id"])
+    def _lookup(self, sid: str, owner: object | None) -> _Entry | None:
+        entry = self._sessions.get(sid)
+        return entry if entry is not None and entry.owner is owner else None
 
-    def _unknown(self, request: web.Request) -> web.Response:
-        sid = request.match_info["id"]
-        return _json_error(
-            404,
+    def _unknown(self, sid: str) -> Reply:
+        message = (
             f"no session {sid!r} on this server: it was closed, closed after"
-            f" {self.idle_ttl_s:g} s idle, or never opened here",
+            f" {self.idle_ttl_s:g} s idle, or never opened here (or by another client)"
         )
+        return 404, {"error": message}, None
 
-    async def _parse_cell(self, request: web.Request) -> tuple[str, float]:
-        """The `code` and the capped `timeout_s` of a run request, or _BadRequest."""
-        raw = await request.read()
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise _BadRequest(f"the request body is not valid JSON ({e})") from None
-        if not isinstance(body, dict):
-            raise _BadRequest("the request body must be a JSON object with a 'code' field")
-        if "code" not in body:
-            raise _BadRequest("missing field 'code' (the Python source to run, a string)")
-        code = body["code"]
-        if not isinstance(code, str):
-            raise _BadRequest(f"field 'code' must be a string, got {_json_type(code)}")
-        timeout_s = body.get("timeout_s")
-        if timeout_s is None:
-            timeout_s = self.sandbox.limits.timeout_s
-        elif (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, (int, float))
-            or not math.isfinite(timeout_s)
-            or timeout_s <= 0
-        ):
-            raise _BadRequest(
-                "field 'timeout_s' must be a positive number of seconds or null,"
-                f" got {json.dumps(timeout_s)}"
-            )
-        return code, min(float(timeout_s), self.max_timeout_s)
+    def _cell_fields(self, body: Any) -> tuple[str, float]:
+        """The `code` and the capped `timeout_s` of a run request's JSON, or BadRequest."""
+        return cell_fields(body, self.sandbox.limits.timeout_s, self.max_timeout_s)
 
     def _count(self, result: ExecResult) -> None:
         self.counters.cells[result.status.value] += 1
@@ -330,9 +362,12 @@ class SandboxServer:
         return "\n".join(lines) + "\n"
 
 
-def _json_type(value: Any) -> str:
-    names = {dict: "an object", list: "an array", bool: "a boolean", type(None): "null"}
-    return names.get(type(value), "a number")
+async def _json_body(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"the request body is not valid JSON ({e})") from None
 
 
 @web.middleware
@@ -385,6 +420,10 @@ async def _serve(server: SandboxServer, host: str, port: int) -> None:
     )
     try:
         await runner.setup()  # starts the sandbox (on_startup)
+        # What is alive now (modules, the app) lives as long as the server: keep it out of the
+        # collector's scans, which otherwise walk it on every full collection.
+        gc.collect()
+        gc.freeze()
         try:
             await web.TCPSite(runner, host, port).start()
         except OSError as e:
@@ -409,14 +448,6 @@ async def _serve(server: SandboxServer, host: str, port: int) -> None:
 # -- client ------------------------------------------------------------------------------------
 
 
-class _Unreachable(SandboxError):
-    """The server did not answer. `sent`: the request may have reached it (and run)."""
-
-    def __init__(self, message: str, sent: bool) -> None:
-        super().__init__(message)
-        self.sent = sent
-
-
 @dataclass(eq=False)
 class _Server:
     """One server as the client sees it: what it told us at /health and what we opened there."""
@@ -428,10 +459,15 @@ class _Server:
     down_until: float = 0.0  # monotonic time before which it gets no new sessions
     sessions: set[HTTPSession] = field(default_factory=set)  # alive sessions of this client
     opening: int = 0  # sessions being opened right now
+    link: Channel | RestLink = field(init=False)  # how calls reach it
 
     @property
     def load(self) -> int:
         return len(self.sessions) + self.opening
+
+    def mark_down(self) -> None:
+        """It failed: it gets no new sessions for DOWN_RETRY_S."""
+        self.down_until = time.monotonic() + DOWN_RETRY_S
 
     def cell_deadline(self, timeout_s: float | None) -> float:
         """How long a run request may take before the client gives up on the server."""
@@ -453,14 +489,21 @@ class HTTPSandbox(SandboxClient):
     round-robin); all its later calls go to that server. Use as `async with HTTPSandbox(url):`.
     """
 
-    def __init__(self, urls: str | Sequence[str], *, api_key: str | None = None) -> None:
+    def __init__(
+        self, urls: str | Sequence[str], *, api_key: str | None = None, channel: bool = True
+    ) -> None:
         """`api_key`: sent as `Authorization: Bearer <key>` to every server; default
-        `$TIRL_API_KEY` when set."""
+        `$TIRL_API_KEY` when set. `channel`: carry every call on one WebSocket per server
+        (tirl.sandbox.channel: much less CPU per cell on both sides); False sends one HTTP
+        request per call, for servers without `/v1/channel`. A channel's sessions end when its
+        connection is lost (they return KILLED, and `restore()` rebuilds them)."""
         urls = [urls] if isinstance(urls, str) else list(urls)
         self._headers = bearer(client_key(api_key))
         if not urls:
             raise ValueError("HTTPSandbox needs at least one server URL")
         self.servers = [_Server(_normalize_url(u)) for u in urls]
+        for server in self.servers:
+            server.link = Channel(server.url, server.mark_down) if channel else RestLink(server.url)
         self._sessions: set[HTTPSession] = set()  # not closed yet; closed with the client
         self._http: aiohttp.ClientSession | None = None
         self._rr = 0
@@ -484,14 +527,15 @@ class HTTPSandbox(SandboxClient):
         """Close every session this client opened, then the connection pool."""
         sessions = list(self._sessions)
         await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        await asyncio.gather(*(s.link.close() for s in self.servers), return_exceptions=True)
         if self._http is not None:
             await self._http.close()
             self._http = None
 
     async def session(self) -> HTTPSession:
         await self.start()
-        server, remote_id = await self._open()
-        return HTTPSession(self, server, remote_id)
+        server, remote_id, conn = await self._open()
+        return HTTPSession(self, server, remote_id, conn)
 
     async def run_once(self, code: str, timeout_s: float | None = None) -> ExecResult:
         """One stateless request to the least loaded server that answers."""
@@ -505,10 +549,10 @@ class HTTPSandbox(SandboxClient):
             start = time.monotonic()
             body = {"code": code, "timeout_s": timeout_s}
             try:
-                status, data, _ = await self._call(
-                    server, "POST", "/v1/run", body, server.cell_deadline(timeout_s)
+                status, data, _, _ = await self._op(
+                    server, "run_once", body=body, timeout_s=server.cell_deadline(timeout_s)
                 )
-            except _Unreachable as e:
+            except Unreachable as e:
                 if e.sent:  # the cell may have run: do not run it twice
                     return ExecResult(Status.KILLED, duration_s=_since(start), detail=str(e))
                 errors.append(str(e))
@@ -542,7 +586,7 @@ class HTTPSandbox(SandboxClient):
             order.insert(0, prefer)
         return order
 
-    async def _open(self, prefer: _Server | None = None) -> tuple[_Server, str]:
+    async def _open(self, prefer: _Server | None = None) -> tuple[_Server, str, Connection | None]:
         """Open a session on the first candidate server that can; SandboxError if none can."""
         errors = []
         for server in self._candidates(prefer):
@@ -551,27 +595,31 @@ class HTTPSandbox(SandboxClient):
                 if server.timeout_s is None and (error := await self._fetch_info(server)):
                     errors.append(error)
                     continue
-                status, data, _ = await self._call(server, "POST", "/v1/sessions")
-            except _Unreachable as e:
+                status, data, _, conn = await self._op(server, "open")
+            except Unreachable as e:
                 errors.append(str(e))
                 continue
             finally:
                 server.opening -= 1
             if status == 200:
-                return server, data["id"]
+                return server, data["id"], conn
             errors.append(f"the sandbox server at {server.url} answered {status}: {_error(data)}")
         raise SandboxError("could not open a sandbox session: " + "; ".join(errors))
 
     async def _fetch_info(self, server: _Server) -> str:
         """Learn the server's limits from /health; returns an error message, or "" if fine."""
+        if self._http is None:
+            return "the HTTPSandbox client is closed"
         try:
-            status, data, _ = await self._call(server, "GET", "/health")
+            status, data = await RestLink(server.url).get(self._http, "/health", CONTROL_TIMEOUT_S)
+            server.down_until = 0.0
             if status != 200:
                 return f"the sandbox server at {server.url} answered {status}: {_error(data)}"
             server.timeout_s = float(data["limits"]["timeout_s"])
             server.grace_s = float(data["limits"]["grace_s"])
             server.max_timeout_s = float(data["max_timeout_s"])
-        except _Unreachable as e:
+        except Unreachable as e:
+            server.mark_down()
             return str(e)
         except (KeyError, TypeError, ValueError):
             if set(data) == {"status"}:  # what /health says to a request without the key
@@ -582,47 +630,33 @@ class HTTPSandbox(SandboxClient):
             return f"{server.url} does not look like a tirl sandbox server (bad /health)"
         return ""
 
-    async def _call(
+    async def _op(
         self,
         server: _Server,
-        method: str,
-        path: str,
+        op: str,
+        sid: str | None = None,
         body: dict[str, Any] | None = None,
         timeout_s: float = CONTROL_TIMEOUT_S,
-    ) -> tuple[int, dict[str, Any], str | None]:
-        """One request: (HTTP status, JSON body, alive header). Raises _Unreachable when the
-        server cannot be reached or does not answer in time, and marks it down."""
+        conn: Connection | None = None,
+    ) -> tuple[int, dict[str, Any], bool | None, Connection | None]:
+        """One call (an op of tirl.sandbox.channel) on the server's link: (status, JSON body,
+        session alive or None, the channel connection or None). Raises Unreachable, and marks
+        the server down when it failed."""
         if self._http is None:
-            raise _Unreachable("the HTTPSandbox client is closed", sent=False)
-        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=CONNECT_TIMEOUT_S)
+            raise Unreachable("the HTTPSandbox client is closed", sent=False)
+        msg: dict[str, Any] = {"op": op}
+        if sid is not None:
+            msg["session"] = sid
+        if body is not None:
+            msg.update(body)
         try:
-            async with self._http.request(
-                method, server.url + path, json=body, timeout=timeout
-            ) as resp:
-                try:
-                    data = await resp.json(content_type=None)
-                except ValueError:
-                    data = {"error": f"not JSON: {(await resp.text())[:200]!r}"}
-                server.down_until = 0.0
-                alive = resp.headers.get(ALIVE_HEADER)
-                return resp.status, data if isinstance(data, dict) else {}, alive
-        except asyncio.TimeoutError:
-            error = _Unreachable(
-                f"the sandbox server at {server.url} did not answer within {timeout_s:g} s",
-                sent=True,
-            )
-        except aiohttp.ClientConnectorError as e:
-            error = _Unreachable(
-                f"the sandbox server at {server.url} is unreachable: {e}", sent=False
-            )
-        except (aiohttp.ClientError, OSError) as e:
-            error = _Unreachable(
-                f"lost the connection to the sandbox server at {server.url}"
-                f" ({type(e).__name__}: {e})",
-                sent=True,
-            )
-        server.down_until = time.monotonic() + DOWN_RETRY_S
-        raise error
+            reply = await server.link.request(self._http, msg, timeout_s, conn)
+        except Unreachable as e:
+            if e.server_down:
+                server.mark_down()
+            raise
+        server.down_until = 0.0
+        return reply
 
 
 def _error(data: dict[str, Any]) -> str:
@@ -638,7 +672,7 @@ def _to_result(server: _Server, status: int, data: dict[str, Any], duration: flo
     duration is the caller's (round trip included), as `ExecResult` documents."""
     if status == 200:
         try:
-            return replace(ExecResult.from_dict(data), duration_s=duration)
+            return result_from_wire(data, duration)
         except (KeyError, TypeError, ValueError):
             pass
     detail = f"the sandbox server at {server.url} answered {status}: {_error(data)}"
@@ -649,12 +683,15 @@ class HTTPSession(SessionBase):
     """A session on one server. `id` stays the same for the life of this object, even when
     `restore()` rebuilds it as `remote_id` on another server (`url`)."""
 
-    def __init__(self, client: HTTPSandbox, server: _Server, remote_id: str) -> None:
+    def __init__(
+        self, client: HTTPSandbox, server: _Server, remote_id: str, conn: Connection | None
+    ) -> None:
         self.id = remote_id
         self.remote_id = remote_id
         self.history: list[str] = []
         self._client = client
         self._server = server
+        self._conn = conn  # the channel connection it was opened on (None: REST)
         self._lost: str | None = None  # why the client gave up on the server session
         self._remote_alive = True  # what the server said after the last run
         self._closed = False
@@ -679,18 +716,17 @@ class HTTPSession(SessionBase):
         start = time.monotonic()
         server = self._server
         body = {"code": code, "timeout_s": timeout_s}
-        path = f"/v1/sessions/{self.remote_id}/run"
         try:
-            status, data, alive = await self._client._call(
-                server, "POST", path, body, server.cell_deadline(timeout_s)
+            status, data, alive, _ = await self._client._op(
+                server, "run", self.remote_id, body, server.cell_deadline(timeout_s), self._conn
             )
-        except _Unreachable as e:
+        except Unreachable as e:
             self._lose(str(e))
             return ExecResult(Status.KILLED, duration_s=_since(start), detail=str(e))
         result = _to_result(server, status, data, _since(start))
         if status != 200:
             self._lose(result.detail)
-        elif alive == "0":
+        elif alive is False:
             self._remote_alive = False
             server.sessions.discard(self)
         return result
@@ -698,17 +734,17 @@ class HTTPSession(SessionBase):
     async def _branch(self) -> HTTPSession:
         server = self._server
         try:
-            status, data, alive = await self._client._call(
-                server, "POST", f"/v1/sessions/{self.remote_id}/fork"
+            status, data, alive, _ = await self._client._op(
+                server, "fork", self.remote_id, conn=self._conn
             )
-        except _Unreachable as e:
+        except Unreachable as e:
             self._lose(str(e))
             raise
         if status == 200:
-            return HTTPSession(self._client, server, data["id"])
+            return HTTPSession(self._client, server, data["id"], self._conn)
         if status == 404:
             self._lose(f"the sandbox server at {server.url} no longer has this session")
-        elif alive == "0":
+        elif alive is False:
             self._remote_alive = False
             server.sessions.discard(self)
         raise SandboxError(f"session {self.id} could not be forked: {_error(data)}")
@@ -717,7 +753,7 @@ class HTTPSession(SessionBase):
         """Open a fresh server session, on the same server if it has not failed lately."""
         await self._delete_remote()
         try:
-            self._server, self.remote_id = await self._client._open(prefer=self._server)
+            self._server, self.remote_id, self._conn = await self._client._open(prefer=self._server)
         except SandboxError as e:
             self._lost = f"it could not be restored: {e}"
             raise
@@ -745,7 +781,8 @@ class HTTPSession(SessionBase):
             return
         self._lost = "the session was closed"
         try:
-            path = f"/v1/sessions/{self.remote_id}"
-            await self._client._call(self._server, "DELETE", path, None, CLOSE_TIMEOUT_S)
-        except _Unreachable:
+            await self._client._op(
+                self._server, "close", self.remote_id, None, CLOSE_TIMEOUT_S, self._conn
+            )
+        except Unreachable:
             pass

@@ -9,6 +9,21 @@ the session id -> actor map on the caller's side, and every `run` of a `RaySessi
 call (routing by session id). Session ids are made by the caller, so a session keeps its id when
 `restore()` rebuilds it on another actor.
 
+Calls. An actor call costs about a millisecond of CPU on each side (more on a loaded machine),
+more than a small cell, so the calls of a session (create, run, fork, close, run_once) travel in
+`exchange` calls that carry many at once, the way the HTTP transport's channel does
+(tirl.sandbox.channel): everything the caller's event loop asks of one actor in one turn goes
+out in one exchange, and an exchange returns every reply that is ready, waiting in line for
+one when there is none (up to POLL_WAIT_S; each reply wakes the first exchange in line, the
+last running request all of them), so a reply leaves as soon as it is ready. While any reply
+is outstanding at least one exchange stays in flight; when none is, nothing is polled. When
+COALESCE_MIN_RUNNING or more
+requests are running on the actor (the cells queue for the CPU anyway), an exchange that has
+replies waits COALESCE_S for more before it returns. Idle, a cell costs one actor call, as a
+direct call would; saturated, one call carries many cells. A request the caller stops waiting
+for (timeout, cancelled) is cancelled on the actor by the next exchange, which kills a running
+cell's session as a cancelled local run does.
+
 Resources. The actor reserves `num_cpus=0` by default. A math cell spends most of its life idle
 while the model writes the next turn, so reserving a CPU per actor (or per session) would keep
 training tasks from being scheduled for no gain. CPU use is bounded per session by
@@ -59,15 +74,16 @@ too, and the nodes would not reach each other). Its dashboard probes the cloud m
 and sends one "usage stats disabled" report, unless RAY_USAGE_STATS_REPORT_URL points elsewhere.
 
 Not covered: an actor that restarts (the pool uses max_restarts=0 and replaces it instead);
-back-pressure (a busy actor queues up to `max_concurrency` calls); fork across actors (a fork
-always lives on its parent's actor).
+back-pressure (an actor starts every request it is sent; opens wait inside its sandbox's
+`max_starting`, cells on the CPU); fork across actors (a fork always lives on its parent's
+actor).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import dataclasses
 import os
 import re
 import secrets
@@ -80,6 +96,7 @@ import ray
 import ray.exceptions
 
 from tirl.sandbox.api import SandboxClient, SandboxError, SessionBase
+from tirl.sandbox.channel import result_from_wire, result_to_wire
 from tirl.sandbox.local import (
     DEFAULT_PRELOAD,
     EXIT_WAIT_S,
@@ -91,6 +108,11 @@ from tirl.sandbox.local import (
 from tirl.sandbox.result import ExecResult, Status
 
 MAX_CONCURRENCY = 1000  # concurrent calls per actor: cells mostly wait, so many can be in flight
+MAILBOX_METHODS = frozenset({"create", "run", "fork", "close", "run_once"})  # through `exchange`
+POLL_WAIT_S = 10.0  # an exchange waits this long for a reply before it returns empty
+MAX_WAITING = 64  # exchanges waiting on one actor (each holds one of its MAX_CONCURRENCY slots)
+COALESCE_S = 0.005  # with COALESCE_MIN_RUNNING requests running, an exchange waits this long
+COALESCE_MIN_RUNNING = 16  # for more replies before it returns (one actor call carries them all)
 RPC_MARGIN_S = 30.0  # added to every remote call's own bound before it counts as lost
 ACTOR_START_S = 60.0  # a Ray worker process start, on top of the zygote's START_TIMEOUT_S
 # A proxy on a loopback port where nothing listens: HTTP requests by Ray's own processes fail
@@ -178,6 +200,69 @@ class SandboxActor:
         self._sandbox = Sandbox(limits, preload=preload, pool_size=pool_size)
         self._sessions: dict[str, Session] = {}
         self._cells: Counter[str] = Counter()
+        self._boxes: dict[tuple[str, int], _Box] = {}
+
+    async def exchange(
+        self,
+        box_id: tuple[str, int],
+        calls: list[tuple[int, str, tuple]],
+        cancels: list[int],
+        wait_s: float,
+    ) -> list[tuple[int, bool, Any]]:
+        """Many calls in one actor call (see "Calls" in the module docstring): start `calls`
+        (request id, method, args), cancel the requests in `cancels`, and return the replies
+        that are ready as (request id, True, value) or (request id, False, error). With none
+        ready, waits up to `wait_s` for one, in line behind the exchanges already waiting (each
+        reply wakes the first in line), so a reply finds an exchange to carry it at once."""
+        box = self._boxes.get(box_id)
+        if box is None:  # a caller's new event loop: the old loop's replies have no reader
+            for old in [k for k in self._boxes if k[0] == box_id[0] and k[1] < box_id[1]]:
+                del self._boxes[old]
+            box = self._boxes[box_id] = _Box()
+        for rid in cancels:
+            task = box.tasks.pop(rid, None)
+            if task is not None:
+                task.cancel()
+        loop = asyncio.get_running_loop()
+        for rid, method, args in calls:
+            box.tasks[rid] = loop.create_task(self._serve(box, rid, method, args))
+        if not box.ready and wait_s > 0 and len(box.waiters) < MAX_WAITING:
+            waiter = loop.create_future()
+            box.waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, wait_s)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                with contextlib.suppress(ValueError):
+                    box.waiters.remove(waiter)
+        if box.ready and len(box.tasks) >= COALESCE_MIN_RUNNING:
+            # Saturated: cells queue for the CPU far longer than this, and each actor call costs
+            # about a millisecond of CPU on either side, so gather a few more replies first.
+            await asyncio.sleep(COALESCE_S)
+        replies, box.ready = box.ready, []
+        return replies
+
+    async def _serve(self, box: _Box, rid: int, method: str, args: tuple) -> None:
+        try:
+            if method not in MAILBOX_METHODS:
+                raise SandboxError(f"{method!r} cannot be called through exchange")
+            reply = (rid, True, await getattr(self, method)(*args))
+        except asyncio.CancelledError:
+            box.tasks.pop(rid, None)  # the caller gave up on it
+            return
+        except Exception as e:
+            reply = (rid, False, _short(e))
+        box.tasks.pop(rid, None)
+        box.ready.append(reply)
+        # The first reply since the last collection wakes the first exchange in line; the last
+        # request running wakes them all (none is left holding an actor slot for nothing).
+        wake = len(box.waiters) if not box.tasks else int(len(box.ready) == 1)
+        while wake and box.waiters:
+            waiter = box.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                wake -= 1
 
     async def ready(self) -> dict[str, Any]:
         """Start the sandbox (zygote and preloads) and say where this actor runs."""
@@ -206,7 +291,7 @@ class SandboxActor:
             # `_execute`, not `run`: the caller validated the arguments and keeps the history.
             result, alive = await session._execute(code, timeout_s), session.alive
         self._cells[result.status.value] += 1
-        return {**result.to_dict(), "alive": alive}
+        return {**result_to_wire(result), "alive": alive}
 
     async def fork(self, sid: str, child_sid: str) -> str:
         parent = self._sessions.get(sid)
@@ -225,7 +310,7 @@ class SandboxActor:
     async def run_once(self, code: str, timeout_s: float | None) -> dict[str, Any]:
         result = await self._sandbox.run_once(code, timeout_s)
         self._cells[result.status.value] += 1
-        return result.to_dict()
+        return result_to_wire(result)
 
     async def stats(self) -> dict[str, Any]:
         live = {sid: s for sid, s in self._sessions.items() if s.alive}
@@ -235,6 +320,7 @@ class SandboxActor:
             "zygote_pid": self._sandbox.zygote_pid,
             "sessions": len(live),
             "session_pids": {sid: s.pid for sid, s in live.items()},
+            "pool_ready": len(self._sandbox._pool),  # forked, waiting for a create
             "cells": dict(self._cells),
         }
 
@@ -242,6 +328,16 @@ class SandboxActor:
         """Kill every session and the zygote before the actor itself is killed."""
         self._sessions.clear()
         await self._sandbox.close()
+
+
+class _Box:
+    """One caller event loop's requests on an actor: replies not yet collected, the tasks
+    answering requests, and the exchange calls waiting for the next reply, first in line first."""
+
+    def __init__(self) -> None:
+        self.ready: list[tuple[int, bool, Any]] = []
+        self.tasks: dict[int, asyncio.Task] = {}
+        self.waiters: collections.deque[asyncio.Future] = collections.deque()
 
 
 # -- the caller's side -------------------------------------------------------------------------
@@ -276,10 +372,123 @@ async def _await_ref(ref: ray.ObjectRef, timeout: float, cancel: bool) -> Any:
         raise
 
 
+class _Mailbox:
+    """The calls of one event loop to one actor, carried by `exchange` (module docstring).
+
+    Requests made in the same turn of the event loop go out in one actor call; replies come
+    back in whichever exchange call returns next. One exchange is kept in flight while any
+    request waits for its reply, and none when nothing does."""
+
+    def __init__(self, slot: _ActorSlot, box_id: tuple[str, int]) -> None:
+        self.slot = slot
+        self.box_id = box_id
+        self.loop = asyncio.get_running_loop()
+        self.pending: dict[int, asyncio.Future] = {}  # request id -> (ok, value)
+        self.outbox: list[tuple[int, str, tuple]] = []
+        self.cancels: list[int] = []
+        self.next_id = 0
+        self.in_flight = 0  # exchange calls sent and not returned
+        self.flush_due = False
+
+    async def call(self, method: str, args: tuple, timeout: float, cancel: bool) -> Any:
+        rid = self.next_id
+        self.next_id += 1
+        reply = self.loop.create_future()
+        self.pending[rid] = reply
+        self.outbox.append((rid, method, args))
+        self._schedule()
+        timer = self.loop.call_later(timeout, _expire, reply)
+        try:
+            found = await reply
+        except asyncio.CancelledError:
+            if cancel:
+                self.cancel(rid)
+            raise
+        finally:
+            timer.cancel()
+            self.pending.pop(rid, None)
+        if found is None:  # the timer
+            if cancel:
+                self.cancel(rid)
+            raise asyncio.TimeoutError
+        ok, value = found
+        if not ok:
+            raise SandboxError(f"the {self.slot.label} failed: {value}")
+        return value
+
+    def cancel(self, rid: int) -> None:
+        """Cancel a request on the actor (a cell then kills its session, as a cancelled run
+        does locally)."""
+        if any(queued[0] == rid for queued in self.outbox):
+            self.outbox = [q for q in self.outbox if q[0] != rid]  # never sent
+        else:
+            self.cancels.append(rid)
+            self._schedule()
+
+    def fail_all(self, error: BaseException) -> None:
+        for reply in self.pending.values():
+            if not reply.done():
+                reply.set_exception(error)
+        self.pending.clear()
+        self.outbox, self.cancels = [], []
+
+    def _schedule(self) -> None:
+        if not self.flush_due:
+            self.flush_due = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self.flush_due = False
+        if self.slot.dead_reason is not None:
+            self.fail_all(_ActorGone(f"the {self.slot.label} died: {self.slot.dead_reason}"))
+            return
+        if not (self.outbox or self.cancels or (self.pending and self.in_flight == 0)):
+            return
+        calls, cancels, self.outbox, self.cancels = self.outbox, self.cancels, [], []
+        self.in_flight += 1
+        try:
+            ref = self.slot.handle.exchange.remote(self.box_id, calls, cancels, POLL_WAIT_S)
+            future = asyncio.wrap_future(ref.future(), loop=self.loop)
+        except Exception as e:  # the handle itself is unusable
+            self.in_flight -= 1
+            self._actor_failed(e)
+            return
+        future.add_done_callback(self._returned)
+
+    def _returned(self, future: asyncio.Future) -> None:
+        self.in_flight -= 1
+        if future.cancelled():
+            return  # the loop is closing
+        error = future.exception()
+        if error is not None:
+            self._actor_failed(error)
+            return
+        for rid, ok, value in future.result():
+            reply = self.pending.get(rid)
+            if reply is not None and not reply.done():
+                reply.set_result((ok, value))
+        if self.pending and self.in_flight == 0:
+            self._schedule()  # keep one exchange waiting for the replies still to come
+
+    def _actor_failed(self, error: BaseException) -> None:
+        if isinstance(error, ray.exceptions.RayTaskError):  # exchange itself raised: a bug
+            self.fail_all(SandboxError(f"the {self.slot.label} failed: {_short(error)}"))
+            return
+        if self.slot.dead_reason is None:
+            self.slot.dead_reason = _short(error)
+        self.fail_all(_ActorGone(f"the {self.slot.label} died: {self.slot.dead_reason}"))
+
+
+def _expire(reply: asyncio.Future) -> None:
+    if not reply.done():
+        reply.set_result(None)
+
+
 class _ActorSlot:
     """One sandbox actor as the pool sees it: its handle, where it runs, and its sessions.
 
-    Holds no asyncio objects, so a pool can be used from one event loop after another."""
+    The only asyncio objects it holds are in its `_Mailbox`, which it replaces when called
+    from another event loop, so a pool can be used from one event loop after another."""
 
     def __init__(self, index: int, handle: ray.actor.ActorHandle) -> None:
         self.index = index
@@ -288,6 +497,9 @@ class _ActorSlot:
         self.info: dict[str, Any] | None = None  # what `ready` returned
         self.dead_reason: str | None = None
         self.session_ids: set[str] = set()  # sessions placed here (and run_once calls running)
+        self._token = secrets.token_hex(4)  # names this caller's mailboxes on the actor
+        self._mailbox: _Mailbox | None = None
+        self._generation = 0
 
     @property
     def label(self) -> str:
@@ -315,8 +527,17 @@ class _ActorSlot:
         if self.dead_reason is not None:
             raise _ActorGone(f"the {self.label} died: {self.dead_reason}")
         await self.wait_ready()
+        if method in MAILBOX_METHODS:
+            return await self._box().call(method, args, timeout, cancel)
         ref = getattr(self.handle, method).remote(*args)
         return await self._call_ref(ref, timeout, cancel)
+
+    def _box(self) -> _Mailbox:
+        loop = asyncio.get_running_loop()
+        if self._mailbox is None or self._mailbox.loop is not loop:
+            self._generation += 1
+            self._mailbox = _Mailbox(self, (self._token, self._generation))
+        return self._mailbox
 
     async def _call_ref(self, ref: ray.ObjectRef, timeout: float, cancel: bool) -> Any:
         try:
@@ -390,7 +611,7 @@ class RaySession(SessionBase):
         if not d.pop("alive"):
             self._mark_dead(d.get("detail") or "the session died in its sandbox actor")
         # duration_s is the caller's wall clock, round trip included.
-        return dataclasses.replace(ExecResult.from_dict(d), duration_s=time.monotonic() - started)
+        return result_from_wire(d, time.monotonic() - started)
 
     async def _branch(self) -> RaySession:
         child_id = secrets.token_hex(6)
@@ -522,7 +743,7 @@ class RaySandboxPool(SandboxClient):
             return ExecResult(Status.KILLED, duration_s=time.monotonic() - started, detail=reason)
         finally:
             slot.session_ids.discard(token)
-        return dataclasses.replace(ExecResult.from_dict(d), duration_s=time.monotonic() - started)
+        return result_from_wire(d, time.monotonic() - started)
 
     async def _create_remote(self, sid: str) -> _ActorSlot:
         """Create session `sid` on the least-loaded live actor, moving on if that one is dead."""
