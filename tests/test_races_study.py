@@ -83,6 +83,9 @@ def test_every_arm_draws_its_own_mixture(tasks):
         assert all(spec.sizes[0] <= len(t.envs) <= spec.sizes[1] for t in rows), arm
         assert {e for t in rows for e in t.envs} <= pool, arm
     assert {t.operator for t in tasks.arms["races"]} == {"sequential", "parallel", "sort", "select"}
+    # SFT shows every answer format on short tasks: atomic ones and compositions of size 2
+    assert {len(t.envs) for t in tasks.sft} == {1, 2}
+    assert {t.operator for t in tasks.sft} == {"sequential", "parallel", "sort", "select"}
 
 
 def test_a_file_split_by_meta_keeps_each_rows_split(tmp_path, tasks):
@@ -190,6 +193,9 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
             assert not {tuple(r["envs"]) for r in trained} & heldout, arm
             assert results["mixtures"][f"{variant}/{arm}/0"]["problems"] == []
             assert results["mixtures"][f"{variant}/{arm}/0"]["tasks"] == per_run
+            # the policies are not kept unless asked: the metrics and samples are the result
+            assert not (out / "seed0" / arm / variant / "rl").exists(), arm
+            assert not (out / "seed0" / arm / variant / "rl_state").exists(), arm
 
 
 @pytest.mark.parametrize(

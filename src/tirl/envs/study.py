@@ -201,18 +201,22 @@ def study_tasks(
     arm_items: int,
     atomic_items: int,
     per_cell: int,
+    sft_max_size: int = 2,
     per_composite: int = 8,
 ) -> StudyTasks:
     """Every task set of the study (see the module doc). SFT's demonstrations mix atomic tasks
-    and compositions of sizes 1-3 over the whole pool, every operator, so that each arm starts
-    from a model that knows every answer format; each arm's RL tasks follow its `ARM_SPECS`."""
+    and compositions of sizes 2..`sft_max_size` over the whole pool, every operator, so that each
+    arm starts from a model that knows every answer format; each arm's RL tasks follow its
+    `ARM_SPECS`."""
     train_registry = REGISTRY.subset(list(pool.train))
     small_registry = REGISTRY.subset(list(pool.small))
     full_registry = REGISTRY.subset([*pool.train, *pool.unseen])
     unseen = pool.unseen
+    # SFT draws its compositions with many inputs each: a few hundred distinct chains would be
+    # memorized in a few epochs, and the model must learn to copy any input, not these
     sft = draw_tasks(
-        train_registry, ArmSpec(dict(DEFAULT_MIXTURE), (1, 3)), sft_items, seed, "sft",
-        "train", unseen, per_composite,
+        train_registry, ArmSpec(dict(DEFAULT_MIXTURE), (1, sft_max_size)), sft_items, seed, "sft",
+        "train", unseen, 10**6,
     )  # fmt: skip
     arms = {}
     for name in ARMS:

@@ -19,9 +19,10 @@ a tiny model (the task sets: `tirl.envs.study`):
 
 Folder: `tasks/` (every task set as JSONL with `meta.split`, and `manifest.json`), `sft/` (the
 SFT run folder of both variants), `seed<N>/<arm>/` (each arm's run folder: metrics.jsonl with the
-ids of the tasks every update trained on, `train/tasks`; samples of the final evaluation), then
-the report's files. Seeds vary RL (sampling, initialization of the RL state), not SFT: every arm of
-every seed starts from the same weights, which is what "the same SFT start" asks.
+ids of the tasks every update trained on, `train/tasks`; samples of the final evaluation; the
+RL policy and trainer state only with `study.keep_policies`), then the report's files. Seeds
+vary RL (sampling, initialization of the RL state), not SFT: every arm of every seed starts from
+the same weights, which is what "the same SFT start" asks.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -87,7 +89,13 @@ class StudySettings:
     arm_items: int = setting(400, ">= 1", "RL tasks written per arm (RL cycles over them)")
     atomic_items: int = setting(32, ">= 1", "held-out atomic tasks")
     per_cell: int = setting(4, ">= 1", "held-out compositions per (size 2-5, operator)")
+    sft_max_size: int = setting(
+        2, ">= 1", "SFT demonstrates atomic tasks and compositions up to this size"
+    )
     task_seed: int = setting(0, ">= 0", "seeds the pool and every task set")
+    keep_policies: bool = setting(
+        False, doc="keep every arm's RL policy and trainer state (about 10 MB per arm and variant)"
+    )
 
 
 @dataclass
@@ -150,7 +158,8 @@ def run_study(
     try:  # every task set before anything is written: a pool that cannot be made is one line
         pool = choose_pool(s.pool_size, s.unseen, s.task_seed)
         tasks = study_tasks(
-            pool, s.task_seed, cfg.run.sft.examples, s.arm_items, s.atomic_items, s.per_cell
+            pool, s.task_seed, cfg.run.sft.examples, s.arm_items, s.atomic_items, s.per_cell,
+            s.sft_max_size,
         )
     except ValueError as e:
         raise ConfigError(f"study: {e}") from None
@@ -187,4 +196,7 @@ async def _train_all(cfg: RacesStudyConfig, out_dir: Path, evaluation: Evaluatio
                         await pipeline.rl(variant, model, sandbox, use_tools, arm_cfg)
                     finally:
                         pipeline.logger.close()
+                    if not cfg.study.keep_policies:  # the metrics and samples are the result
+                        for kept in ("rl", "rl_state"):
+                            shutil.rmtree(pipeline.run_dir / variant / kept, ignore_errors=True)
     sft_pipeline.logger.close()
