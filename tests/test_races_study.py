@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -60,7 +59,9 @@ def test_held_out_sets_share_no_item_and_no_composition_with_any_training_set(ta
     assert not any(set(t.envs) & unseen for t in tasks.atomic)
     assert {e for t in tasks.compositions for e in t.envs} >= unseen
     # a composition's side depends on its names alone; a training one is on the train side
-    assert all(composition_side(composition_key(t), POOL.unseen) == "test" for t in tasks.compositions)
+    assert all(
+        composition_side(composition_key(t), POOL.unseen) == "test" for t in tasks.compositions
+    )
     assert all(
         composition_side(composition_key(t), POOL.unseen) == "train"
         for t in training if len(t.envs) > 1
@@ -157,7 +158,9 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
                     "## Held-out compositions by size and operator (text)"):  # fmt: skip
         assert heading in md, heading
     claims = md.split("## The four claims")[1].split("##")[0]
-    claim_rows = [line for line in claims.splitlines() if line.startswith("| ") and "claim" not in line]
+    claim_rows = [
+        line for line in claims.splitlines() if line.startswith("| ") and "claim" not in line
+    ]
     assert len(claim_rows) == 4
     for row in claim_rows:
         assert row.count("reproduced") + row.count("inconclusive") >= 2, row

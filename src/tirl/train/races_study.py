@@ -82,7 +82,9 @@ class StudySettings:
         factory=lambda: [0, 1, 2], doc="RL seeds of every arm", check=_seeds_problem
     )
     arms: list[str] = setting(
-        factory=lambda: list(ARMS), doc=f"the arms to train, of {', '.join(ARMS)}", check=_arms_problem
+        factory=lambda: list(ARMS),
+        doc=f"the arms to train, of {', '.join(ARMS)}",
+        check=_arms_problem,
     )
     pool_size: int = setting(10, ">= 2", "base environments trained on (the shortest code)")
     unseen: int = setting(2, ">= 0", "environments never trained on, only in held-out compositions")
@@ -158,7 +160,12 @@ def run_study(
     try:  # every task set before anything is written: a pool that cannot be made is one line
         pool = choose_pool(s.pool_size, s.unseen, s.task_seed)
         tasks = study_tasks(
-            pool, s.task_seed, cfg.run.sft.examples, s.arm_items, s.atomic_items, s.per_cell,
+            pool,
+            s.task_seed,
+            cfg.run.sft.examples,
+            s.arm_items,
+            s.atomic_items,
+            s.per_cell,
             s.sft_max_size,
         )
     except ValueError as e:
