@@ -8,8 +8,8 @@ generalization is not monotonic in composition size (Table 3). This runs the sam
 a tiny model (the task sets: `tirl.envs.study`):
 
 1. one SFT model per variant (`code`: the interpreter is on; `text`: text-only), on
-   demonstrations of atomic tasks and compositions of sizes 1-3 over the pool, evaluated on the
-   held-out sets (the curves' step 0);
+   demonstrations of atomic tasks and compositions up to `study.sft_max_size` (2) over the
+   pool, evaluated on the held-out sets (the curves' step 0);
 2. from that same SFT model, for every seed, RL of each arm (`tirl.envs.study.ARMS`: individual,
    RACES, RACES-small, and SEQUENTIAL-only at sizes 2, 3, 4, 5) with one RL config: the same
    steps, prompts, group size and token limits, and no adaptive batches, so every arm samples the
