@@ -21,7 +21,7 @@ from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.config import SFTConfig
 from tirl.train.sft import train_sft
 
-# tests/verl need verl, which lives in an environment of its own (tests/verl_env.py); this
+# tests/verl need verl, which lives in an environment of its own (tests/side_venv.py); this
 # suite runs them there through test_verl_plugin.py
 # (the installed distribution is asked: `import verl` here would find tests/verl itself)
 try:

@@ -1,12 +1,13 @@
 """The sandbox starts from a fresh clone wherever it lives, and leaves nothing behind.
 
 The project is cloned (`git clone --local` of this repository, offline) into a 0700 directory
-made by `tempfile.mkdtemp()` under /tmp, as CI systems do, and installed in a venv there
-(`python -m venv --system-site-packages --without-pip`, then this Python's own pip with
-`--no-deps --no-build-isolation --no-index -e .`, so nothing is downloaded; `--without-pip`
-because the venv's bundled setuptools would shadow the system's, and is too old to build
-editables without `wheel`). The clone gets this checkout's uncommitted `src/` copied over it,
-so the test exercises the code under test rather than the last commit.
+made by `tempfile.mkdtemp()` under /tmp, as CI systems do, and installed in a venv there with
+`pip install --no-deps --no-build-isolation --no-index -e .`, so nothing is downloaded. That venv
+is layered on the environment the suite runs in (`side_venv.layered_venv`), whether that is a
+venv or the base interpreter: it builds with the suite's own setuptools (the dev extra asks for
+one that builds editables without `wheel`), never the base interpreter's. The clone gets this
+checkout's uncommitted `src/` copied over it, so the test exercises the code under test rather
+than the last commit.
 
 An owner process (the venv's python, cwd "/") then runs sandboxes with and without isolation,
 and it is checked that no `tirl-*` entry is left in the temporary directory and no uid-block
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 
 import pytest
+from side_venv import layered_venv
 
 from tirl.sandbox import _isolation as iso
 
@@ -72,7 +74,10 @@ asyncio.run(main())
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True, **kw)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kw)
+    if proc.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)[:300]} exited with {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return proc
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +91,7 @@ def clone():
         shutil.copytree(
             REPO / "src", repo / "src", dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.pyc")
         )
-        _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
-        python = venv / "bin" / "python"
+        python = layered_venv(venv)
         _run(
             [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
             + ["--no-index", "-e", str(repo)],

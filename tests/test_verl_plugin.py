@@ -1,5 +1,5 @@
 """The verl plugin's tests (`tests/verl/`), run against the real pinned verl in its own
-environment (`tests/verl_env.py`) so that this suite's one command runs them, never skipped;
+environment (`tests/side_venv.py`) so that this suite's one command runs them, never skipped;
 and the error a user without verl gets."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import os
 import subprocess
 import sys
 
-from verl_env import ROOT, ensure_verl_python
+from side_venv import ROOT, extra_python
 
 
 def test_the_plugin_tests_pass_against_the_pinned_verl():
-    python = ensure_verl_python()
+    python = extra_python("verl")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     run = subprocess.run(
         [str(python), "-m", "pytest", "tests/verl", "-o", "addopts=-q", "-p", "no:cacheprovider"],

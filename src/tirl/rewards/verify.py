@@ -443,7 +443,10 @@ class MathVerifier:
         self._kill(worker)
         self._start_failures += 1
         if self._start_failures >= 3:
-            self._set_broken(f"math-verify workers fail to start: {error}")
+            # Under a tight memory limit the worker's report of its own MemoryError can fail
+            # too (it exits instead): the limit is named either way, as the likely cause.
+            limit = f" (memory_limit_mb={self._memory_limit_mb})" if self._memory_limit_mb else ""
+            self._set_broken(f"math-verify workers fail to start{limit}: {error}")
 
     def _set_broken(self, error: str) -> None:
         self._broken = error
@@ -452,7 +455,7 @@ class MathVerifier:
     def _died(self, worker: _Worker) -> None:
         if not worker.ready:
             code = _reap(worker.process)
-            self._start_failed(worker, f"a worker exited with code {code}")
+            self._start_failed(worker, f"a worker exited with code {code} before it was ready")
             return
         if worker.jobs:
             code = _reap(worker.process)
