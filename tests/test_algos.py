@@ -80,7 +80,7 @@ def test_advantage_registry_holds_token_estimators_and_lists_names_on_error():
     names = {"grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline"}
     assert set(ADVANTAGE_ESTIMATORS) == names
     assert get_advantage_estimator("grpo") is ADVANTAGE_ESTIMATORS["grpo"]
-    with pytest.raises(ValueError, match="drgrpo.*grpo.*reinforce\\+\\+-baseline.*rloo"):
+    with pytest.raises(KeyError, match="drgrpo.*grpo.*reinforce\\+\\+-baseline.*rloo"):
         get_advantage_estimator("nope")
 
 

@@ -236,7 +236,7 @@ def test_sequence_without_model_tokens_gets_zero_everywhere():
 
 
 def test_unknown_estimator_lists_valid_names():
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(KeyError) as err:
         token_advantages("ppo", torch.zeros(1), torch.zeros(1), torch.ones(1, 1))
     for name in ("grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline"):
         assert name in str(err.value)

@@ -25,7 +25,15 @@ ROOT = SRC / "tirl"
 KNOWN_VIOLATIONS: set[tuple[str, str]] = set()
 
 # The bottom layer: helpers any package may import.
-BASE = {"tirl", "tirl.config", "tirl.files", "tirl.cliargs", "tirl.httpauth", "tirl.models"}
+BASE = {
+    "tirl",
+    "tirl.config",
+    "tirl.files",
+    "tirl.cliargs",
+    "tirl.httpauth",
+    "tirl.models",
+    "tirl.registry",
+}
 # Modules that count as the command line (nothing may import them).
 CLI_MODULES = {"tirl.cli"}
 

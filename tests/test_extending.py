@@ -68,7 +68,7 @@ def run_recipe():
     yield run
     for registry, names in zip(registries, before, strict=True):
         for key in set(registry) - names:
-            del registry[key]
+            registry.unregister(key)
     for name in added_modules:
         sys.modules.pop(name, None)
     for filename in added_sources:

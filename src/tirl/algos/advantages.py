@@ -35,35 +35,23 @@ import torch
 from torch import Tensor
 
 from tirl.algos.returns import discounted_returns, masked_whiten, outcome_token_rewards
+from tirl.registry import Registry
 
 # (rewards [B], group_ids [B], mask [B, T], *, gamma, kl, kl_coef) -> advantages [B, T]
 AdvantageFn = Callable[..., Tensor]
 
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+ADVANTAGE_ESTIMATORS: Registry[AdvantageFn] = Registry("advantage estimator")
 
 # The arguments every estimator receives from `token_advantages`; any other keyword is a parameter.
 ADVANTAGE_ARGS = ("rewards", "group_ids", "mask", "gamma", "kl", "kl_coef")
 
-
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator: register a token-level advantage estimator under `name`."""
-
-    def deco(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return deco
+# Decorator: register a token-level advantage estimator under a name.
+register_advantage = ADVANTAGE_ESTIMATORS.register
 
 
 def get_advantage_estimator(name: str) -> AdvantageFn:
-    """Look up an estimator by name; raise ValueError listing the valid names."""
-    try:
-        return ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        valid = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
-        raise ValueError(f"unknown advantage estimator {name!r}; valid: {valid}") from None
+    """Look up an estimator by name; KeyError listing the registered names."""
+    return ADVANTAGE_ESTIMATORS.get_entry(name)
 
 
 # ---------------------------------------------------------------- per-sequence (group) baselines

@@ -30,6 +30,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from tirl.registry import Registry
+
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 # log-ratio clamp before exp, as in verl: keeps exp() finite; gradient is 0 outside the range.
@@ -42,31 +44,18 @@ _K3_CLAMP = 10.0
 # (logprobs, old_logprobs, advantages, mask [B, T], *, agg, norm_len, **params) -> (loss, metrics)
 PolicyLossFn = Callable[..., tuple[Tensor, dict[str, float]]]
 
-POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
 
 # The arguments every policy loss receives from the trainer; any other keyword is a parameter.
 POLICY_LOSS_ARGS = ("logprobs", "old_logprobs", "advantages", "mask", "agg", "norm_len")
 
-
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator: register a policy loss under `name` (see the module doc for its call)."""
-
-    def deco(fn: PolicyLossFn) -> PolicyLossFn:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        POLICY_LOSSES[name] = fn
-        return fn
-
-    return deco
+# Decorator: register a policy loss under a name (see the module doc for its call).
+register_policy_loss = POLICY_LOSSES.register
 
 
 def get_policy_loss(name: str) -> PolicyLossFn:
-    """Look up a policy loss by name; raise ValueError listing the valid names."""
-    try:
-        return POLICY_LOSSES[name]
-    except KeyError:
-        valid = ", ".join(sorted(POLICY_LOSSES))
-        raise ValueError(f"unknown policy loss {name!r}; valid: {valid}") from None
+    """Look up a policy loss by name; KeyError listing the registered names."""
+    return POLICY_LOSSES.get_entry(name)
 
 
 def _check_bt(name: str, x: Tensor, like: Tensor) -> None:

@@ -24,9 +24,10 @@ parameters (`rl.reward_params`; for `composite`, `rl.composite_alpha/beta/max`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from tirl.registry import Registry
 
 
 class Reward(Protocol):
@@ -40,19 +41,11 @@ class Reward(Protocol):
     ) -> float: ...
 
 
-REWARDS: dict[str, type] = {}  # name -> the reward's class; its constructor takes the parameters
+# name -> the reward's class; its constructor takes the parameters
+REWARDS: Registry[type] = Registry("reward")
 
-
-def register_reward(name: str) -> Callable[[type], type]:
-    """Class decorator: register a reward class under `name`."""
-
-    def add(cls: type) -> type:
-        if name in REWARDS:
-            raise ValueError(f"reward {name!r} is already registered")
-        REWARDS[name] = cls
-        return cls
-
-    return add
+# Class decorator: register a reward class under a name.
+register_reward = REWARDS.register
 
 
 @dataclass(frozen=True)

@@ -19,35 +19,27 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tirl.config import ConfigError, from_dict
+from tirl.registry import Registry
 from tirl.tasks.base import SPLITS, Task, TaskSource
 
-SOURCES: dict[str, type] = {}  # name -> the source's parameter dataclass (it builds the source)
+
+def _check_source(name: str, cls: type) -> None:
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"task source {name!r} must be a dataclass of its parameters")
 
 
-def register_source(name: str):
-    """Class decorator: register a source dataclass under `name`. Its instances are task sources
-    (they have `item`, `size`, `demonstration` and `name`)."""
+# name -> the source's parameter dataclass (it builds the source). The built-in sources
+# register themselves when `tirl.tasks.sources` is imported, on the first read, so this module
+# stays free of their dependencies until a source is asked for.
+SOURCES: Registry[type] = Registry("task source", "tirl.tasks.sources", _check_source)
 
-    def add(cls: type) -> type:
-        if name in SOURCES:
-            raise ValueError(f"task source {name!r} is registered twice")
-        if not dataclasses.is_dataclass(cls):
-            raise TypeError(f"task source {name!r} must be a dataclass of its parameters")
-        SOURCES[name] = cls
-        return cls
-
-    return add
-
-
-def _load_builtin_sources() -> None:
-    # The built-in sources register themselves on import; importing them here (not at module
-    # import) keeps `tirl.tasks.registry` free of their dependencies until a source is asked for.
-    import tirl.tasks.sources  # noqa: F401
+# Class decorator: register a source dataclass under a name. Its instances are task sources
+# (they have `item`, `size`, `demonstration` and `name`).
+register_source = SOURCES.register
 
 
 def source_names() -> list[str]:
-    _load_builtin_sources()
-    return sorted(SOURCES)
+    return list(SOURCES)
 
 
 def make_source(entry: Mapping[str, Any], where: str = "source", seed: int = 0) -> TaskSource:
@@ -57,7 +49,6 @@ def make_source(entry: Mapping[str, Any], where: str = "source", seed: int = 0) 
     if not isinstance(entry, Mapping):
         raise ConfigError(f"{where}: must be a mapping with a 'source' key, got {entry!r}", where)
     name = entry.get("source")
-    _load_builtin_sources()
     if name not in SOURCES:
         raise ConfigError(
             f"{where}.source: unknown task source {name!r}; registered: {', '.join(sorted(SOURCES))}",

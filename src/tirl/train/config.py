@@ -66,9 +66,7 @@ _SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 def _protocol_problem(name: str) -> str | None:
     from tirl.protocol import PROTOCOLS  # the registry: no copied list of names here
 
-    if name in PROTOCOLS:
-        return None
-    return f"must be a registered protocol ({', '.join(sorted(PROTOCOLS))})"
+    return PROTOCOLS.problem(name)
 
 
 def eval_set_problem(entry: dict) -> str | None:
@@ -285,40 +283,38 @@ class RLStage:
 # `tirl.algos` import torch, so they are imported only when a key naming them is checked.
 
 
-def _registered_problem(kind: str, name: str, registry) -> str | None:
-    if name in registry:
-        return None
-    return f"must name a registered {kind} ({', '.join(sorted(registry))})"
-
-
 def _advantage_problem(name: str) -> str | None:
     from tirl.algos.advantages import ADVANTAGE_ESTIMATORS
 
-    return _registered_problem("advantage estimator", name, ADVANTAGE_ESTIMATORS)
+    return ADVANTAGE_ESTIMATORS.problem(name)
 
 
 def _policy_loss_problem(name: str) -> str | None:
     from tirl.algos.losses import POLICY_LOSSES
 
-    return _registered_problem("policy loss", name, POLICY_LOSSES)
+    return POLICY_LOSSES.problem(name)
 
 
 def _reward_problem(name: str) -> str | None:
     from tirl.rewards.reward import REWARDS
 
-    return _registered_problem("reward", name, REWARDS)
+    return REWARDS.problem(name)
 
 
 def _loss_agg_problem(mode: str) -> str | None:
     from tirl.algos.losses import AGG_MODES
 
-    return _registered_problem("aggregation mode", mode, AGG_MODES)
+    if mode in AGG_MODES:
+        return None
+    return f"must name an aggregation mode ({', '.join(AGG_MODES)})"
 
 
 def _kl_estimator_problem(name: str) -> str | None:
     from tirl.algos.losses import KL_ESTIMATORS
 
-    return _registered_problem("KL estimator", name, KL_ESTIMATORS)
+    if name in KL_ESTIMATORS:
+        return None
+    return f"must name a KL estimator ({', '.join(KL_ESTIMATORS)})"
 
 
 def _param_values_problem(params: dict[str, Any]) -> str | None:

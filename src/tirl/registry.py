@@ -1,0 +1,97 @@
+"""The one registry every extension point shares: a name -> entry mapping with a decorator.
+
+Advantage estimators, policy losses, rewards, task sources, protocols, engines and sandbox
+transports are each a `Registry`. An entry is added by decorating it,
+
+    @ENGINES.register("vllm")
+    def make_vllm_engine(...): ...
+
+from a file of tirl's or a module of the user's own, and looked up by the name a config gives.
+A config field checks its value with `registry.problem(name)`, so the accepted names are the
+live registry's, never a copied list. A registry reads like a read-only dict (`name in r`,
+`r[name]`, `sorted(r)`).
+
+`builtins` names a module that registers the built-in entries when imported; it is imported
+the first time the registry is read, not when the registry is made, so a registry can sit in a
+light module while its entries pull in heavy dependencies (torch, aiohttp) only when asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Mapping[str, T], Generic[T]):
+    """Named entries of one kind (`kind` is how messages name it: "policy loss", "engine")."""
+
+    def __init__(
+        self,
+        kind: str,
+        builtins: str | None = None,
+        check: Callable[[str, T], None] | None = None,
+    ) -> None:
+        self.kind = kind
+        self._entries: dict[str, T] = {}
+        self._builtins = builtins
+        self._check = check  # raises TypeError for an entry that cannot serve
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: add the decorated entry under `name` (a name is registered once)."""
+
+        def add(entry: T) -> T:
+            self.add(name, entry)
+            return entry
+
+        return add
+
+    def add(self, name: str, entry: T) -> None:
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        if self._check is not None:
+            self._check(name, entry)
+        self._entries[name] = entry
+
+    def unregister(self, name: str) -> None:
+        """Remove `name` (tests, and a plugin that replaces its own entry)."""
+        self._entries.pop(name, None)
+
+    def _load_builtins(self) -> None:
+        if self._builtins is not None:
+            # A read while the module imports finds it in sys.modules: no recursion.
+            importlib.import_module(self._builtins)
+            self._builtins = None
+
+    def get_entry(self, name: str) -> T:
+        """The entry under `name`; KeyError listing the registered names otherwise."""
+        if name not in self:
+            raise KeyError(f"unknown {self.kind} {name!r}; registered: {', '.join(self)}")
+        return self._entries[name]
+
+    def problem(self, name: str) -> str | None:
+        """Why `name` is not a registered entry (a config field's check), or None."""
+        if name in self:
+            return None
+        return f"must name a registered {self.kind} ({', '.join(self)})"
+
+    def __getitem__(self, name: str) -> T:
+        self._load_builtins()
+        return self._entries[name]
+
+    def __contains__(self, name: object) -> bool:
+        self._load_builtins()
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_builtins()
+        return iter(sorted(self._entries))
+
+    def __len__(self) -> int:
+        self._load_builtins()
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {list(self)})"
