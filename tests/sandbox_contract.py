@@ -19,7 +19,7 @@ from tirl.sandbox.api import RestoreError, SandboxError
 
 # grace 2 s: it costs time only where a cell ignores the interrupt, and a loaded CI core may need
 # it for an interrupted cell to answer
-CONTRACT_LIMITS = SandboxLimits(timeout_s=2.0, grace_s=2.0, memory_mb=512, max_output_chars=1000)
+CONTRACT_LIMITS = SandboxLimits(timeout_s=2.0, grace_s=2.0, memory_mb=512, capture_chars=1000)
 # For tests that need a process a cell started to outlive the cell (to see close() end it).
 CONTRACT_LIMITS_KEEP_BACKGROUND = replace(CONTRACT_LIMITS, kill_background=False)
 

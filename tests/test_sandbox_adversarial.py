@@ -32,7 +32,7 @@ from tirl.sandbox import ExecResult, Sandbox, SandboxLimits, Status
 # grace 2 s: with fork bombs and busy neighbours beside them, interrupted cells need a moment
 # to answer (the grace counts from the interrupt's delivery, so a busy zygote does not eat it)
 LIMITS = SandboxLimits(
-    timeout_s=2.0, grace_s=2.0, memory_mb=512, max_output_chars=2000, max_processes=16
+    timeout_s=2.0, grace_s=2.0, memory_mb=512, capture_chars=2000, max_processes=16
 )
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(tirl.__file__)))
 

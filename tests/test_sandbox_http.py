@@ -33,7 +33,7 @@ SERVE_ARGS = [
     "--timeout-s", str(CONTRACT_LIMITS.timeout_s),
     "--grace-s", str(CONTRACT_LIMITS.grace_s),
     "--memory-mb", str(CONTRACT_LIMITS.memory_mb),
-    "--max-output-chars", str(CONTRACT_LIMITS.max_output_chars),
+    "--capture-chars", str(CONTRACT_LIMITS.capture_chars),
     "--max-timeout-s", str(MAX_TIMEOUT_S),
     "--preload", "math",
     "--pool-size", "2",

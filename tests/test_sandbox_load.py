@@ -35,7 +35,7 @@ LIGHT = ("math",)
 # The default timeout, a generous grace (a loaded CI core must not turn an interrupt into a
 # kill) and the adversarial suite's process and memory limits.
 LOAD_LIMITS = SandboxLimits(
-    timeout_s=5.0, grace_s=2.0, memory_mb=512, max_output_chars=2000, max_processes=16
+    timeout_s=5.0, grace_s=2.0, memory_mb=512, capture_chars=2000, max_processes=16
 )
 HOSTILE = [
     "fork_bomb",

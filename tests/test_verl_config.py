@@ -136,7 +136,7 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("data.eval", [{"name": "other", "items": 5}], []),
     ("prompt.chat", True, []),
     ("prompt.system", "Be brief.", []),
-    ("rollout.urls", ["http://127.0.0.1:1"], []),
+    ("rollout.engine_options", {"kv_cache": "padded"}, []),
     ("model.name_or_path", "org/other", []),
     ("model.arch", "gpt2", []),
     ("model.hidden_size", 64, []),
@@ -147,6 +147,13 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("model.tokenizer_corpus_items", 10, []),
     ("model.dtype", "bfloat16", []),
     ("model.gradient_checkpointing", True, []),
+    ("sandbox.kind", "ray", []),
+    (
+        "sandbox.urls",
+        ["http://127.0.0.1:2"],
+        ["sandbox.kind=http", 'sandbox.urls=["http://127.0.0.1:1"]'],
+    ),
+    ("sandbox.actors", 3, []),
     ("sandbox.timeout_s", 9.0, []),
     ("sandbox.memory_mb", 2048, []),
     ("sandbox.max_output_chars", 300, []),
@@ -185,6 +192,8 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("rl.updates_per_step", 4, []),
     ("rl.micro_batch_size", 2, []),
     ("rl.max_grad_norm", 0.5, []),
+    ("rl.old_logprobs", "sampler", []),
+    ("rl.tis_cap", 2.0, []),
     ("rl.bf16", True, []),
     ("rl.budget_schedule", [[0.0, 6]], []),
     ("rl.segment_tokens", 16, []),
@@ -211,7 +220,8 @@ NOT_PERTURBED = {
     "rl.policy_loss": "refused unless ppo_clip",
     "rl.policy_loss_params": "refused when set",
     "rl.reward_params": "the built-in rewards take none",
-    "rollout.engine": "only hf can train in tirl's config",
+    "rollout.engine": "only hf trains without an engine installed (vllm), openai cannot train",
+    "rollout.urls": "read only by engines that are clients, which cannot train",
 }
 
 

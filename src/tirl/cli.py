@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import errno
 import json
 import os
@@ -11,6 +12,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from tirl.backends.engine import WeightPushError  # light: no torch
 from tirl.cliargs import (
     ArgumentParser,
     input_path,
@@ -23,10 +25,12 @@ from tirl.config import ConfigError, describe, dump_yaml, load_config, to_dict
 from tirl.envs.cli import add_envs_parser
 from tirl.eval.evaluate import FailedSamplesError, check_failed_share  # light: no torch
 from tirl.integrations.verl.cli import add_parser as add_verl_parser
+from tirl.sandbox.config import SandboxConfig
 from tirl.synth.cli import add_synth_parser
 
 DEFAULT_PRESET = "quickstart"
 DEFAULT_CONFIG = f"{DEFAULT_PRESET}.yaml"
+SANDBOX_DEFAULTS = SandboxConfig()  # `tirl sandbox serve` takes its defaults from the section
 
 
 def preset_path(name: str) -> Path:
@@ -140,9 +144,21 @@ def _is_url(model: str) -> bool:
     return model.startswith(("http://", "https://"))
 
 
+def _eval_config(args: argparse.Namespace, cfg):
+    """The run config `tirl eval` samples with: the server at MODEL (engine openai), or the
+    config's engine serving MODEL."""
+    from dataclasses import replace
+
+    if _is_url(args.model):
+        return replace(cfg, rollout=replace(cfg.rollout, engine="openai", urls=[args.model]))
+    return replace(cfg, model=replace(cfg.model, name_or_path=args.model))
+
+
 def _policy(args: argparse.Namespace, cfg):
-    """(model or None for a server URL, tokenizer), checked before anything slow runs."""
+    """(the live model, or None where the engine loads MODEL itself or it is a server URL;
+    tokenizer), checked before anything slow runs."""
     from tirl.models.tiny import load_policy, loading
+    from tirl.rollout.engines import ENGINES
 
     if _is_url(args.model):
         if not args.tokenizer:
@@ -152,6 +168,10 @@ def _policy(args: argparse.Namespace, cfg):
         check_model_source(args.tokenizer, "--tokenizer", need_weights=False)
         return None, loading(args.tokenizer, AutoTokenizer.from_pretrained)
     check_model_source(args.model, "model")
+    if "model" not in ENGINES[cfg.rollout.engine].needs:  # e.g. vllm loads MODEL itself
+        from transformers import AutoTokenizer
+
+        return None, loading(args.model, AutoTokenizer.from_pretrained)
     model, tokenizer = load_policy(args.model)
     return model.to(cfg.device).eval(), tokenizer
 
@@ -172,78 +192,57 @@ def check_model_source(name: str, what: str, need_weights: bool = True) -> None:
         raise ConfigError(f"{what} {name}: the folder holds no saved model (no {wanted})")
 
 
-class _Engine:
-    """The HF engine for a local model, the OpenAI-compatible client for a server URL."""
+@contextlib.asynccontextmanager
+async def _eval_rollout(cfg, model, tokenizer, eos_id: int):
+    """The sandbox and engine of `tirl eval` (`tirl.train.runtime`), closed on leaving."""
+    from tirl.backends.engine import close_engine
+    from tirl.rollout.runner import Rollout
+    from tirl.train import runtime
 
-    def __init__(self, args, cfg, model, tokenizer, eos_id: int | None = None) -> None:
-        from tirl.backends.hf import HFEngine
-        from tirl.backends.openai import OpenAIEngine
-        from tirl.httpauth import client_key
-
-        if model is None:  # sends $TIRL_API_KEY, when set, as the server's bearer key
-            self.engine = OpenAIEngine(args.model, tokenizer, seed=cfg.seed, api_key=client_key())
-        else:
-            eos_id = tokenizer.eos_token_id if eos_id is None else eos_id
-            self.engine = HFEngine(model, eos_id, max_batch=cfg.rollout_batch, seed=cfg.seed)
-
-    async def __aenter__(self):
-        return self.engine
-
-    async def __aexit__(self, *exc) -> None:
-        if hasattr(self.engine, "aclose"):
-            await self.engine.aclose()
-        else:
-            self.engine.close()
+    async with runtime.sandbox_for(cfg) as sandbox:
+        engine = runtime.engine_for(cfg, model, tokenizer, eos_id)
+        try:
+            yield Rollout(engine, tokenizer, sandbox)
+        finally:
+            await close_engine(engine)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
-    from tirl.sandbox import Sandbox
-
     hf_logging.set_verbosity_error()
-    cfg = _load_run_config(args.config, args.overrides)
+    cfg = _eval_config(args, _load_run_config(args.config, args.overrides))
     require_device(cfg.device)
     items = _benchmark_items(args) if args.benchmark else None  # before the model: fail fast
     model, tokenizer = _policy(args, cfg)
-    limits = cfg.sandbox.limits()
     if items is not None:
-        return _eval_benchmarks(args, cfg, model, tokenizer, limits, items)
+        return _eval_benchmarks(args, cfg, model, tokenizer, items)
     from tirl.eval.evaluate import evaluate_policy
-    from tirl.protocol import get_protocol
-    from tirl.rollout.runner import Rollout, RolloutSettings
     from tirl.tasks import Mixture
     from tirl.tasks.prompts import PromptRenderer
     from tirl.train.pipeline import eval_sets
+    from tirl.train.runtime import eval_settings, run_protocol
 
     sets = eval_sets(cfg, Mixture.from_entries(cfg.data.train, "data.train", cfg.seed))
-    protocol = get_protocol(cfg.protocol, cfg.rl.boundary)
-    renderer = PromptRenderer(tokenizer, protocol, system=cfg.prompt.system, chat=cfg.prompt.chat)
-    settings = RolloutSettings(
-        max_model_tokens=cfg.eval.max_model_tokens,
-        tool_budget=cfg.eval.tool_budget,
-        temperature=0.0,
-        use_tools=not args.no_tools,
-        max_output_chars=cfg.sandbox.max_output_chars,
-        protocol=protocol,
+    renderer = PromptRenderer(
+        tokenizer, run_protocol(cfg), system=cfg.prompt.system, chat=cfg.prompt.chat
     )
+    settings = eval_settings(cfg, use_tools=not args.no_tools)
 
     async def run() -> dict:
         results = {}
-        async with Sandbox(limits, preload=tuple(cfg.sandbox.preload)) as sandbox:
-            async with _Engine(args, cfg, model, tokenizer, renderer.eos_id) as engine:
-                rollout = Rollout(engine, tokenizer, sandbox)
-                for name, tasks in sets.items():
-                    results[name], _ = await evaluate_policy(
-                        rollout,
-                        tasks,
-                        settings,
-                        lambda t: renderer.prompt_ids(t.problem),
-                        cfg.eval.samples_per_item,
-                        cfg.eval.temperature,
-                        f"eval {name}",
-                    )
-            return results
+        async with _eval_rollout(cfg, model, tokenizer, renderer.eos_id) as rollout:
+            for name, tasks in sets.items():
+                results[name], _ = await evaluate_policy(
+                    rollout,
+                    tasks,
+                    settings,
+                    lambda t: renderer.prompt_ids(t.problem),
+                    cfg.eval.samples_per_item,
+                    cfg.eval.temperature,
+                    f"eval {name}",
+                )
+        return results
 
     results = asyncio.run(run())
     print(json.dumps(results, indent=2))
@@ -281,35 +280,32 @@ def _benchmark_items(args: argparse.Namespace) -> dict[str, tuple[list, str]]:
     return items
 
 
-def _eval_benchmarks(args, cfg, model, tokenizer, limits, items) -> int:
+def _eval_benchmarks(args, cfg, model, tokenizer, items) -> int:
     """`tirl eval MODEL --benchmark ...`: resumable benchmark evaluation with the tool loop, in
     a locked --out folder; exit code 1 when too many samples failed (a rerun retries them)."""
     from tirl.eval.benchmark_eval import benchmark_metrics, run_benchmark, write_benchmark_report
     from tirl.files import lock_folder
     from tirl.rewards.verify import verify_answer
-    from tirl.rollout.runner import Rollout, RolloutSettings
-    from tirl.sandbox import Sandbox
+    from tirl.train.runtime import rollout_settings
 
     k = 1 if args.temperature == 0 else args.k
-    settings = RolloutSettings(
+    settings = rollout_settings(
+        cfg,
+        not args.no_tools,
         max_model_tokens=args.max_tokens,
         tool_budget=cfg.eval.tool_budget,
         temperature=args.temperature,
-        use_tools=not args.no_tools,
-        max_output_chars=cfg.sandbox.max_output_chars,
     )
     out_dir = Path(args.out)
 
     async def run() -> dict:
         results = {}
-        async with Sandbox(limits, preload=tuple(cfg.sandbox.preload)) as sandbox:
-            async with _Engine(args, cfg, model, tokenizer) as engine:
-                rollout = Rollout(engine, tokenizer, sandbox)
-                for name, (its, source) in items.items():
-                    records = await run_benchmark(
-                        rollout, name, its, settings, k, out_dir, verify_answer, source=source
-                    )
-                    results[name] = benchmark_metrics(records, k)
+        async with _eval_rollout(cfg, model, tokenizer, tokenizer.eos_token_id) as rollout:
+            for name, (its, source) in items.items():
+                records = await run_benchmark(
+                    rollout, name, its, settings, k, out_dir, verify_answer, source=source
+                )
+                results[name] = benchmark_metrics(records, k)
         return results
 
     from tirl.eval.viewer import load_trajectories, write_viewer
@@ -406,39 +402,36 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def cmd_sandbox_serve(args: argparse.Namespace) -> int:
-    import importlib.util
+    from dataclasses import replace
 
     key = _server_key(args)
 
     from tirl.sandbox.api import SandboxError
+    from tirl.sandbox.config import SandboxConfig, modules_problem
     from tirl.sandbox.http import serve
-    from tirl.sandbox.local import DEFAULT_PRELOAD, Sandbox, SandboxLimits
+    from tirl.sandbox.local import DEFAULT_PRELOAD, Sandbox
 
-    limits = SandboxLimits(
-        timeout_s=args.timeout_s,
-        grace_s=args.grace_s,
-        memory_mb=args.memory_mb,
-        max_output_chars=args.max_output_chars,
-        cpu_s=args.cpu_s,
-        kill_background=not args.keep_background,
-    )
-    if args.max_timeout_s < limits.timeout_s:
+    if args.max_timeout_s < args.timeout_s:
         raise ConfigError(
             f"--max-timeout-s ({args.max_timeout_s}) must be at least --timeout-s ({args.timeout_s})"
         )
     preload = DEFAULT_PRELOAD
     if args.preload is not None:
         preload = tuple(m.strip() for m in args.preload.split(",") if m.strip())
-    for module in preload:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            raise ConfigError(f"--preload: there is no module named {module!r} to preload")
+    problem = modules_problem(list(preload))
+    if problem:
+        raise ConfigError(f"--preload {problem}")
+    shape = SandboxConfig(  # the sandbox section every command reads (tirl.sandbox.config)
+        timeout_s=args.timeout_s,
+        memory_mb=args.memory_mb,
+        preload=list(preload),
+        cpu_s=args.cpu_s,
+        kill_background=not args.keep_background,
+    )
+    limits = replace(shape.limits(), grace_s=args.grace_s, capture_chars=args.capture_chars)
     try:
         serve(
-            Sandbox(limits, preload, args.pool_size),
+            Sandbox(limits, tuple(shape.preload), args.pool_size),
             args.host,
             args.port,
             args.max_timeout_s,
@@ -468,6 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
             nargs="*",
             help="dotted overrides, e.g. rl.lr=1e-4 data.train[0].digits=4",
         )
+        p.set_defaults(takes_overrides=True)  # also those after an option (_split_overrides)
 
     def add_resume_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument(
@@ -630,8 +624,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout-s",
         type=number(float, "(0, 86400]"),
-        default=5.0,
-        help="default wall-clock limit per cell, in seconds (default: 5)",
+        default=SANDBOX_DEFAULTS.timeout_s,
+        help=f"default wall-clock limit per cell, in seconds (default: {SANDBOX_DEFAULTS.timeout_s:g})",
     )
     p.add_argument(
         "--max-timeout-s",
@@ -648,14 +642,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--memory-mb",
         type=number(int, "[64, 1048576]"),
-        default=1024,
-        help="memory limit per session, in MB (default: 1024)",
+        default=SANDBOX_DEFAULTS.memory_mb,
+        help=f"memory limit per session, in MB (default: {SANDBOX_DEFAULTS.memory_mb})",
     )
     p.add_argument(
-        "--max-output-chars",
+        "--capture-chars",
         type=number(int, "[16, 100000000]"),
         default=8192,
-        help="output kept per stream and cell (default: 8192)",
+        help="output the sandbox keeps per stream and cell, before a client's formatter cuts"
+        " what the model is shown to its sandbox.max_output_chars (default: 8192)",
     )
     p.add_argument(
         "--pool-size",
@@ -732,8 +727,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _split_overrides(args: argparse.Namespace) -> None:
-    """Let the config path be omitted: `tirl quickstart rl.steps=5` is all overrides."""
+def _split_overrides(args: argparse.Namespace, extra: list[str]) -> None:
+    """Let the config path be omitted (`tirl quickstart rl.steps=5` is all overrides), and
+    take overrides that come after an option (`tirl eval URL --tokenizer T eval.k=2`, which
+    argparse leaves over: it matches a command's positionals once, before the option)."""
+    for item in extra:
+        if not getattr(args, "takes_overrides", False) or item.startswith("-"):
+            raise ConfigError(f"unrecognized arguments: {' '.join(extra)} (see tirl --help)")
+        if args.config is None and "=" not in item:
+            args.config = item
+        else:
+            args.overrides = [*args.overrides, item]
     if args.config and "=" in args.config and not _is_file(args.config):
         args.overrides = [args.config, *args.overrides]
         args.config = None
@@ -762,13 +766,14 @@ def _os_error_line(err: OSError) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
-        _split_overrides(args)
+        args, extra = build_parser().parse_known_args(argv)
+        _split_overrides(args, extra)
         return args.func(args)
     except ConfigError as err:
         print(f"tirl: error: {err}", file=sys.stderr)
         return 2
-    except FailedSamplesError as err:  # results are kept; a rerun retries the failed samples
+    except (FailedSamplesError, WeightPushError) as err:
+        # results and the last checkpoint are kept; a rerun (--resume) continues from them
         print(f"tirl: error: {err}", file=sys.stderr)
         return 1
     except OSError as err:

@@ -27,7 +27,7 @@ def test_the_loop_runs_its_code_on_a_ray_sandbox_pool(
         try:
             out = await worker.generate_sequences(batch)
             setup = loop_setup(config)
-            pool = await worker_sandbox(setup.placement, setup.run.sandbox)  # the loop's own
+            pool = await worker_sandbox(setup.sandbox)  # the loop's own
             return out, pool, await pool.stats()
         finally:
             await close_worker_sandboxes()

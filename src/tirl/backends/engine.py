@@ -13,14 +13,17 @@ while its code runs resumes where it stopped. Sampling ends at end-of-sequence (
 ("boundary": a code block closed). `release(key)` forgets the sequence. Token ids in, token ids
 out: `GenOutput.ids` are exactly the sampled ids (DESIGN.md invariant 1).
 
-`receives_weights` says whether the trainer can put new policy weights into the engine: true
-for `HFEngine` (it samples with the live torch model, or a copy the trainer overwrites), false
-for servers reached over HTTP and for `VLLMEngine` (tirl implements no weight transfer into
-vLLM; at scale, verl owns weight sync). RL on an engine that does not receive weights samples
-from a stale policy.
+Weights: `receives_weights` says whether the trainer can put new policy weights into the
+engine; such an engine has `async load_weights(model)`, which the trainer awaits after every
+update with the trained `torch.nn.Module` (`HFEngine` samples with that very model, or copies
+it; `VLLMEngine` loads it through vLLM's own weight reload and drops its prefix cache). A push
+that fails raises `WeightPushError`: the run stops rather than sample from stale weights.
+Servers reached over HTTP do not receive weights (at scale, verl owns weight sync).
 
 Closing differs by engine, so it is not part of the protocol: in-process engines have a
 synchronous `close()`, HTTP clients an `async aclose()`; `close_engine` calls whichever exists.
+
+Engines are made by name (`rollout.engine`) through the registry in `tirl.rollout.engines`.
 
 This module imports neither torch nor an HTTP library, so a rollout over servers does not
 pull torch in.
@@ -73,6 +76,11 @@ class Engine(Protocol):
     def release(self, key: object) -> None:
         """Forget sequence `key` (its cache, its ids). Unknown keys are ignored."""
         ...
+
+
+class WeightPushError(RuntimeError):
+    """The trained weights could not be put into the rollout engine: sampling on would use
+    stale ones, so the run stops (its last checkpoint is left as it was)."""
 
 
 async def close_engine(engine: object) -> None:

@@ -240,6 +240,17 @@ class HFEngine:
             with contextlib.suppress(RuntimeError):  # no running loop: the next generate starts it
                 self._loop_task = asyncio.get_running_loop().create_task(self._run())
 
+    async def load_weights(self, model: torch.nn.Module) -> None:
+        """Sample from `model`'s weights from now on: nothing to do when this engine samples
+        `model` itself; else they are copied into this engine's model (from a model sharded
+        with FSDP the shards are gathered: a collective every rank must call)."""
+        if model is self.model:
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True)
+        self.model.load_state_dict(get_model_state_dict(model, options=options))
+
     def close(self) -> None:
         self._executor.shutdown(wait=False)
 

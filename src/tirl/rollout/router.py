@@ -201,6 +201,11 @@ class Router:
             self._unpin(key)
             self._release_on(home, key)
 
+    async def load_weights(self, model) -> None:
+        """Push `model`'s weights into every replica (all must receive weights)."""
+        for replica in self.replicas:
+            await replica.load_weights(model)
+
     def close(self) -> None:
         for replica in self.replicas:
             if hasattr(replica, "close"):

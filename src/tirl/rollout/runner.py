@@ -58,6 +58,7 @@ from tirl.protocol.fences import CIR_FENCES, Protocol
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 from tirl.protocol.tokens import encode_literal
 from tirl.sandbox import Sandbox, SessionBase, format_result
+from tirl.sandbox.formatter import SHOWN_OUTPUT_CHARS
 
 BUDGET_SPENT_MESSAGE = "Tool-call budget spent: this code was not run."
 VERSIONS_KEY = "policy_versions"  # meta key: one policy version per segment (None if not sampled)
@@ -93,7 +94,7 @@ class RolloutSettings:
     tool_budget: int = 2
     temperature: float = 1.0
     use_tools: bool = True
-    max_output_chars: int = 512
+    max_output_chars: int = SHOWN_OUTPUT_CHARS
     protocol: Protocol = CIR_FENCES
     budget_spent_message: str = BUDGET_SPENT_MESSAGE
     segment_tokens: int | None = None

@@ -546,7 +546,7 @@ def _session_main(sock_fd: int, sid: str, cfg: dict, family_uid: int | None, hos
     _cell_state["session_pid"] = os.getpid()
     ready = {"event": "ready", "pid": os.getpid(), "workdir": workdir, "isolation": isolation}
     sock.sendall(encode(ready))
-    _serve_cells(sock, main.__dict__, cfg["limits"]["max_output_chars"], ready)
+    _serve_cells(sock, main.__dict__, cfg["limits"]["capture_chars"], ready)
 
 
 def _reseed() -> None:

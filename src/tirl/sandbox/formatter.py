@@ -12,6 +12,9 @@ import re
 from tirl.sandbox.result import ExecResult, Status
 
 FORMATTER_VERSION = "1"
+# What the model is shown of a cell's output, at most, by default: the one default of every
+# config and call that sets it (RL, evaluation, SFT demonstrations, synthesis).
+SHOWN_OUTPUT_CHARS = 512
 
 # A traceback longer than this many lines keeps its first TB_HEAD_LINES (the header and the
 # failing line of the cell) and its last TB_TAIL_LINES (innermost frames and the exception).
@@ -60,7 +63,7 @@ def shorten_traceback(tb: str) -> str:
     )
 
 
-def format_result(result: ExecResult, max_chars: int = 2000) -> str:
+def format_result(result: ExecResult, max_chars: int = SHOWN_OUTPUT_CHARS) -> str:
     """Render `result` as the tool output shown to the model.
 
     Rules (FORMATTER_VERSION "1"), applied in order:

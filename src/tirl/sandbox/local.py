@@ -178,7 +178,7 @@ class SandboxLimits:
         interrupt was delivered, the session is killed and becomes dead.
     memory_mb: RLIMIT_DATA of the session (heap and private mappings, including what it inherits
         from the zygote's preloaded modules). Exceeding it raises MemoryError -> Status.MEMORY.
-    max_output_chars: per stream and cell; the first and last halves are kept.
+    capture_chars: per stream and cell; the first and last halves are kept.
     cpu_s: optional RLIMIT_CPU: CPU seconds over the session's whole lifetime (all cells, all
         threads; a fork of a session starts again from 0). Exceeding it kills the session and
         the cell returns Status.TIMEOUT. Each process the session starts has its own allowance
@@ -200,7 +200,7 @@ class SandboxLimits:
 
     timeout_s: float = 5.0
     memory_mb: int = 1024
-    max_output_chars: int = 8192
+    capture_chars: int = 8192
     cpu_s: int | None = None
     grace_s: float = 0.5
     file_size_mb: int = 64
@@ -210,7 +210,7 @@ class SandboxLimits:
     kill_background: bool = True
 
     def __post_init__(self) -> None:
-        positive = ("timeout_s", "memory_mb", "max_output_chars", "grace_s", "file_size_mb")
+        positive = ("timeout_s", "memory_mb", "capture_chars", "grace_s", "file_size_mb")
         for name in (*positive, "max_open_files", "max_processes", "disk_mb"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:

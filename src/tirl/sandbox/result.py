@@ -25,7 +25,7 @@ class ExecResult:
     """One cell's outcome.
 
     `stdout`/`stderr` are already bounded: when a stream exceeded the sandbox's
-    `max_output_chars`, it holds the head, a `…[N chars truncated]…` marker and the tail, and
+    `capture_chars`, it holds the head, a `…[N chars truncated]…` marker and the tail, and
     the matching `*_truncated` flag is set. `traceback` is the formatted traceback of the user's
     exception with the sandbox's own frames removed; cells are named `<cell N>` (1-based, per
     session). `timeout_s` is the wall-clock limit that applied when `status` is TIMEOUT because

@@ -8,11 +8,13 @@ printed by `tirl.cli.main`) or 1 (the teacher failed; rerun with --resume).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 from tirl.cliargs import number, output_dir
 from tirl.config import ConfigError, load_config
+from tirl.sandbox.formatter import SHOWN_OUTPUT_CHARS
 
 
 def _split(args: argparse.Namespace) -> tuple[str | None, list[str]]:
@@ -50,7 +52,12 @@ def cmd_races(args: argparse.Namespace) -> int:
         sizes = parse_sizes(args.sizes)
     except ValueError as e:
         raise ConfigError(f"--sizes: {e}") from None
-    out = run_races(args.out, args.n, args.seed, sizes, args.level, args.split, args.format)
+    from tirl.synth.races import RACES_SANDBOX
+
+    sandbox_cfg = dataclasses.replace(RACES_SANDBOX, max_output_chars=args.max_output_chars)
+    out = run_races(
+        args.out, args.n, args.seed, sizes, args.level, args.split, args.format, sandbox_cfg
+    )
     print((out / "report.md").read_text())
     print(f"wrote {out / 'trajectories.jsonl'}")
     return 0
@@ -110,6 +117,13 @@ def add_synth_parser(sub) -> None:
     p.add_argument("--level", type=int, default=1, choices=(1, 2, 3))
     p.add_argument("--split", default="train", choices=("train", "test"))
     p.add_argument("--format", default="agentmath_tags", choices=("agentmath_tags", "cir_fences"))
+    p.add_argument(
+        "--max-output-chars",
+        type=number(int, "[16, 10000000]"),
+        default=SHOWN_OUTPUT_CHARS,
+        help="interpreter output the demonstrations show, in characters; train with the same"
+        f" sandbox.max_output_chars (default {SHOWN_OUTPUT_CHARS})",
+    )
     p.set_defaults(func=cmd_races)
 
     p = synth_sub.add_parser("report", help="rewrite the report of a synth run folder")

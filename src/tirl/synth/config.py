@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tirl.config import ConfigError, setting
+from tirl.sandbox.config import SandboxConfig
+
+# The modules a teacher's code most often imports, preloaded for every session.
+SYNTH_PRELOAD = ("math", "fractions", "sympy", "numpy")
 
 STAGE_NAMES = (
     "decontaminate",
@@ -112,19 +116,6 @@ class LimitsConfig:
 
 
 @dataclass
-class SandboxConfig:
-    timeout_s: float = setting(5.0, "(0, 3600]", "wall clock per code block, in seconds")
-    memory_mb: int = setting(1024, "[64, 1048576]", "address-space limit per session, in MB")
-    max_output_chars: int = setting(
-        2000, "[16, 10000000]", "what the model sees, through tirl.sandbox.format_result"
-    )
-    preload: list[str] = setting(
-        factory=lambda: ["math", "fractions", "sympy", "numpy"],
-        doc="modules imported once and shared by every session",
-    )
-
-
-@dataclass
 class SynthConfig:
     input: InputConfig = setting(factory=InputConfig, doc="the source records")
     stages: StagesConfig = setting(factory=StagesConfig, doc="which stages run")
@@ -132,7 +123,11 @@ class SynthConfig:
     teacher: EndpointConfig = setting(factory=EndpointConfig, doc="the teacher model's server")
     judge: EndpointConfig | None = setting(None, doc="the judge's server; null: the teacher")
     limits: LimitsConfig = setting(factory=LimitsConfig, doc="code limits per block")
-    sandbox: SandboxConfig = setting(factory=SandboxConfig, doc="the Python sandbox")
+    sandbox: SandboxConfig = setting(
+        factory=lambda: SandboxConfig(preload=list(SYNTH_PRELOAD)),
+        doc="where the demonstrations' code runs, and what of its output they show (train with"
+        " the same max_output_chars)",
+    )
     output_format: Literal["agentmath_tags", "cir_fences"] = setting(
         "agentmath_tags", doc="the protocol the trajectories are written in"
     )

@@ -91,7 +91,7 @@ def check_out_dir(out: Path, resume: bool) -> None:
 
 
 async def _run(cfg: SynthConfig, input_path: str, out: Path, max_requests: int | None) -> None:
-    from tirl.sandbox import Sandbox, SandboxLimits
+    from tirl.sandbox.config import make_sandbox
     from tirl.synth.client import ChatClient
 
     ctx = Context(cfg)
@@ -107,12 +107,11 @@ async def _run(cfg: SynthConfig, input_path: str, out: Path, max_requests: int |
     order = _read_stage(input_path, cfg, read_log)
     read_log.close()
     items = read_log.kept(order)
-    sandbox = None
-    if cfg.stages.execute:
-        limits = SandboxLimits(timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
-        sandbox = Sandbox(limits, preload=tuple(cfg.sandbox.preload))
-        ctx.sandbox = sandbox
+    sandbox = make_sandbox(cfg.sandbox) if cfg.stages.execute else None
     try:
+        if sandbox is not None:
+            await sandbox.start()  # an unreachable sandbox server fails here, before any stage
+            ctx.sandbox = sandbox
         for name in cfg.enabled():
             log = StageLog(stage_path(out, STAGE_NAMES.index(name) + 1, name))
             try:

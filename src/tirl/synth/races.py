@@ -26,9 +26,13 @@ from tirl.envs.core import Chain, Registry
 from tirl.envs.demos import printed_types, sequential_steps
 from tirl.envs.operators import OperatorTask, score, sequential
 from tirl.files import lock_folder, replacing
+from tirl.sandbox.config import SandboxConfig
 from tirl.synth.formats import model_text, render_parts, sft_record
 from tirl.synth.records import Item, Step
 from tirl.synth.stages import Outcome, execute_steps, keep, reject
+
+# Where `tirl synth races` runs each composite's code: mappers need only these modules.
+RACES_SANDBOX = SandboxConfig(timeout_s=5.0, preload=["math", "fractions"])
 
 
 def solution_steps(traj: Chain, task: OperatorTask) -> list[Step] | str:
@@ -45,14 +49,15 @@ def composite_id(traj: Chain) -> str:
 
 
 async def synthesize(
-    traj: Chain, registry: Registry, sandbox, protocol: str
+    traj: Chain, registry: Registry, sandbox, protocol: str, sandbox_cfg: SandboxConfig
 ) -> tuple[str, Outcome]:
     task = sequential(traj)
     item_id = composite_id(traj)
     steps = solution_steps(traj, task)
     if isinstance(steps, str):
         return item_id, reject(steps)
-    if await execute_steps(sandbox, steps, 5.0, 2000) is not None:
+    shown = sandbox_cfg.max_output_chars
+    if await execute_steps(sandbox, steps, sandbox_cfg.timeout_s, shown) is not None:
         return item_id, reject("code failed in the sandbox")
     codes = [s for s in steps if s.kind == "code"]
     for step, kind, expected in zip(codes, printed_types("sequential", traj), (traj.x0, *traj.ys)):
@@ -89,14 +94,17 @@ def run_races(
     level: int = 1,
     split: str = "train",
     protocol: str = "agentmath_tags",
-    preload: tuple[str, ...] = ("math", "fractions"),
+    sandbox_cfg: SandboxConfig | None = None,
 ) -> Path:
     """Write OUT/trajectories.jsonl and the report for n searched composites (resumable: ids
     already in OUT/stages/01_races.jsonl are skipped). The folder is locked while this runs:
-    a second run on it is refused in one line naming this one."""
+    a second run on it is refused in one line naming this one. `sandbox_cfg` (default:
+    `RACES_SANDBOX`) says where the code runs and how much of its output the demonstrations
+    show."""
     out = Path(out)
     with lock_folder(out, "synth"):
-        return _run_races(out, n, seed, sizes, level, split, protocol, preload)
+        cfg = sandbox_cfg or RACES_SANDBOX
+        return _run_races(out, n, seed, sizes, level, split, protocol, cfg)
 
 
 def _run_races(
@@ -107,11 +115,11 @@ def _run_races(
     level: int,
     split: str,
     protocol: str,
-    preload: tuple[str, ...],
+    sandbox_cfg: SandboxConfig,
 ) -> Path:
     import tirl.envs.library  # noqa: F401  (registers the library)
     from tirl.envs.core import REGISTRY
-    from tirl.sandbox import Sandbox, SandboxLimits
+    from tirl.sandbox.config import make_sandbox
     from tirl.synth.pipeline import StageLog, stage_path
     from tirl.synth.report import write_report
 
@@ -120,13 +128,15 @@ def _run_races(
 
     async def main() -> None:
         gate = asyncio.Semaphore(8)
-        async with Sandbox(SandboxLimits(timeout_s=5), preload=preload) as sandbox:
+        async with make_sandbox(sandbox_cfg) as sandbox:
             bar = tqdm(total=len(trajs), desc="synth: races", unit="composite", leave=False)
 
             async def one(traj: Chain) -> None:
                 if composite_id(traj) not in log:
                     async with gate:
-                        item_id, outcome = await synthesize(traj, REGISTRY, sandbox, protocol)
+                        item_id, outcome = await synthesize(
+                            traj, REGISTRY, sandbox, protocol, sandbox_cfg
+                        )
                     log.append(item_id, outcome)
                 bar.update()
 

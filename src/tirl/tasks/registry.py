@@ -144,4 +144,3 @@ def eval_set_tasks(
             tasks = mixture.items("test", items)
         sets[entry["name"]] = list({t.id: t for t in tasks}.values())
     return sets
-

@@ -35,10 +35,10 @@ from pathlib import Path
 
 from tirl.config import ConfigError, apply_overrides, from_dict, to_dict
 from tirl.files import read_jsonl, write_text
-from tirl.sandbox import Sandbox
 from tirl.train.config import RunConfig
 from tirl.train.pipeline import Evaluation, Pipeline, quiet_transformers, seed_everything
 from tirl.train.run_folder import ABLATE_ENTRIES, claim_folder
+from tirl.train.runtime import sandbox_for
 
 CIR = ["rl.advantage=reinforce++", "rl.reward=binary"]  # CIR's estimator and +1 / -1 reward
 
@@ -111,8 +111,7 @@ async def _run_seed(
     pipeline = Pipeline(base, seed_dir, evaluation)
     pipeline.prepare()
     configs = {name: variant_config(base, overrides, name) for name, overrides in variants.items()}
-    limits = base.sandbox.limits()
-    async with Sandbox(limits, preload=tuple(base.sandbox.preload)) as sandbox:
+    async with sandbox_for(base) as sandbox:
         sft_states = {}  # one SFT model per boundary mode: demonstrations are written in it
         for boundary in dict.fromkeys(cfg.rl.boundary for cfg in configs.values()):
             name = "sft" if boundary == base.rl.boundary else f"sft-{boundary}"

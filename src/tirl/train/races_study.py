@@ -40,10 +40,10 @@ from tirl.envs.dataset import write_tasks
 from tirl.envs.operators import OPERATORS
 from tirl.envs.study import ARMS, EVAL_SIZES, StudyTasks, choose_pool, study_tasks
 from tirl.files import write_text
-from tirl.sandbox import Sandbox
 from tirl.train.config import RunConfig
 from tirl.train.pipeline import Evaluation, Pipeline, quiet_transformers, seed_everything
 from tirl.train.run_folder import claim_folder
+from tirl.train.runtime import sandbox_for
 
 STUDY_ENTRIES: tuple[str, ...] = (
     r"tasks",
@@ -185,7 +185,7 @@ async def _train_all(cfg: RacesStudyConfig, out_dir: Path, evaluation: Evaluatio
     base = base_config(cfg, tasks_dir)
     sft_pipeline = Pipeline(base, out_dir / "sft", evaluation)
     sft_pipeline.prepare()  # one tokenizer, trained on the SFT set, for every run
-    async with Sandbox(base.sandbox.limits(), preload=tuple(base.sandbox.preload)) as sandbox:
+    async with sandbox_for(base) as sandbox:
         for variant in base.variants:
             use_tools = variant == "code"
             seed_everything(base.seed)

@@ -42,7 +42,7 @@ Partial rollouts (`segment_tokens` / `segment_tool_calls`, `tirl.rollout.partial
 step advances every unfinished trajectory by one segment and starts new tasks; a group is
 complete once all its members have finished. Complete usable groups wait in task order
 (oldest first) and an update takes the `prompts_per_step` oldest; the rest wait for the next
-step (one update staler, as partial rollouts are anyway; `rollout/logprob_gap` shows it). A
+step (one update staler, as partial rollouts are anyway; `mismatch/abs_diff_mean` shows it). A
 refill round, when adaptive batches call one, advances every unfinished trajectory by one
 more segment under the same weights. So that waiting and unfinished groups cannot pile up,
 a round starts min(shortfall, 2 * prompts_per_step - open) new tasks, where shortfall =
@@ -70,6 +70,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from tirl.algos.mismatch import mismatch_metrics, truncated_is_weights
 from tirl.algos.overlong import overlong_penalty
 from tirl.config import ConfigError
 from tirl.protocol import Protocol, get_protocol
@@ -214,6 +215,9 @@ class RLTrainer:
                     " under torch.distributed yet"
                 )
             self.pool = PartialRolloutPool(rollout, max_staleness=cfg.max_staleness)
+        # False once the trained weights differ from the engine's (after an update or a
+        # restored checkpoint): the next step pushes them before it samples.
+        self.engine_current = True
         self.pending: dict[int, list[Trajectory]] = {}  # finished members of unfinished groups
         self.restart: list[dict] = []  # metas of carried trajectories a resume must restart
         # Complete usable groups not trained on yet, oldest task first: a step short of a
@@ -376,6 +380,7 @@ class RLTrainer:
     async def step(self) -> dict:
         start = time.perf_counter()
         cfg = self.cfg
+        pushed = {} if self.engine_current else await self.push_weights()
         max_tokens, budget = self.limits()
         settings = RolloutSettings(
             max_model_tokens=max_tokens,
@@ -395,12 +400,16 @@ class RLTrainer:
         metrics.update({"rl/budget": budget, "rl/max_model_tokens": max_tokens})
         metrics.update(batch_stats)
         if batch:
+            pause = getattr(self.rollout.engine, "pause", None) if self.rollout else None
+            if pause is not None:  # e.g. vLLM's sleep mode frees its KV cache for the update
+                await pause()
             trajs = [t for group in batch for t in group]
             rewards = torch.tensor([t.meta["reward"] for t in trajs], dtype=torch.float)
             metrics.update(self.rollout_metrics(trajs, rewards))
             # which tasks this update learned from, so a study can count its mixture from the log
             metrics["train/tasks"] = [self.task_at(group[0].meta["task"]).id for group in batch]
             metrics.update(self.update(trajs, max_tokens, rewards))
+            metrics.update(await self.push_weights())
             self.state.updates += 1
         metrics["train/updated"] = int(bool(batch))
         metrics["train/updates"] = self.state.updates
@@ -409,6 +418,7 @@ class RLTrainer:
             self.state.stage = min(self.state.stage + 1, len(cfg.stages) - 1)
         self.state.step += 1
         metrics["rl/stage"] = self.state.stage
+        metrics.update(pushed)
         metrics["time/rollout_s"] = rollout_s
         metrics["time/step_s"] = time.perf_counter() - start
         if self.logger is not None:
@@ -439,10 +449,23 @@ class RLTrainer:
         token_adv = batch_advantages(cfg, rewards, groups, batch.loss_mask.cpu()).to(
             self.device
         )  # [B, T-1]
-        # Every rank scores the whole batch here, so the numbers match one process exactly;
-        # the backward passes below are what is sharded.
-        with update_autocast(cfg, self.model, self.device):  # as the update's forward
-            old_logprobs = batch_logprobs(self.model, batch, cfg.micro_batch_size)
+        mismatch = {}
+        if cfg.old_logprobs == "sampler":  # no pass: the sampler's numbers are pi_old
+            old_logprobs = batch.sampler_logprobs * batch.sampled  # [B, T-1]
+        else:
+            # Every rank scores the whole batch here, so the numbers match one process
+            # exactly; the backward passes below are what is sharded.
+            with update_autocast(cfg, self.model, self.device):  # as the update's forward
+                old_logprobs = batch_logprobs(self.model, batch, cfg.micro_batch_size)
+            mismatch = mismatch_metrics(old_logprobs, batch.sampler_logprobs, batch.sampled)
+            if cfg.tis_cap is not None:  # [B, T-1] weights on the token losses (algos.mismatch)
+                tis = truncated_is_weights(
+                    old_logprobs, batch.sampler_logprobs, batch.sampled, cfg.tis_cap
+                )
+                token_adv = token_adv * torch.where(batch.sampled.bool(), tis, 1.0)
+                mismatch["mismatch/tis_weight_mean"] = float(
+                    (tis * batch.sampled).sum() / batch.sampled.sum().clamp_min(1)
+                )
         ref_logprobs = None
         if self.reference is not None:
             with update_autocast(cfg, self.reference, self.device):
@@ -464,30 +487,29 @@ class RLTrainer:
             self.schedule.step()
             per_update.append(m)
         self.model.eval()
-        self.sync_rollout_weights()
+        self.engine_current = False  # until push_weights, which the step awaits next
 
-        mask = batch.loss_mask
-        gap = ((old_logprobs - batch.sampler_logprobs).abs() * mask).sum() / mask.sum().clamp_min(1)
         groups_uniform = uniform_groups(rewards, groups)
         return {
             "train/lr": self.schedule.get_last_lr()[0],
             "train/groups": len(groups_uniform),
             "train/uniform_group_share": float(groups_uniform.float().mean()),
-            "rollout/logprob_gap": float(gap),
+            **mismatch,
             **{k: sum(m[k] for m in per_update) / len(per_update) for k in per_update[0]},
         }
 
-    def sync_rollout_weights(self) -> None:
-        """Copy the updated policy into the rollout engine's model when that is a separate
-        copy (always under FSDP: every rank samples with a full copy; the shards are gathered,
-        a collective every rank calls)."""
-        engine_model = getattr(self.rollout.engine, "model", None) if self.rollout else None
-        if engine_model is None or engine_model is self.model:
-            return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        options = StateDictOptions(full_state_dict=True)
-        engine_model.load_state_dict(get_model_state_dict(self.model, options=options))
+    async def push_weights(self) -> dict:
+        """Put the trained policy into the rollout engine (`load_weights` of
+        `tirl.backends.engine`): nothing for an HF engine sampling the trained model itself,
+        a copy for an HF engine on a separate model (always under FSDP, where the shards are
+        gathered: a collective every rank calls), vLLM's weight reload for `vllm`. A push that
+        fails raises `WeightPushError` and the run stops: nothing samples stale weights."""
+        load = getattr(self.rollout.engine, "load_weights", None) if self.rollout else None
+        start = time.perf_counter()
+        if load is not None:
+            await load(self.model)
+        self.engine_current = True
+        return {"time/weight_push_s": time.perf_counter() - start}
 
     # ------------------------------------------------------------------ checkpoints
     def carried_metas(self) -> list[dict]:
@@ -564,4 +586,4 @@ class RLTrainer:
         self.restart = payload["restart"]
         ready = payload.get("ready", [])  # absent from checkpoints written before it was kept
         self.ready = [[Trajectory.from_dict(x) for x in group] for group in ready]
-        self.sync_rollout_weights()
+        self.engine_current = False  # the next step pushes the restored weights first

@@ -101,9 +101,9 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from tirl.config import ConfigError, from_dict, setting
+from tirl.config import ConfigError, from_dict
 from tirl.integrations.verl import require_verl
 
 require_verl()
@@ -132,12 +132,14 @@ from tirl.integrations.verl.stages import SharedStages, StageView, shared_stages
 from tirl.protocol import Protocol, get_protocol  # noqa: E402
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory  # noqa: E402
 from tirl.rewards.toolstats import tool_stats  # noqa: E402
-from tirl.rollout.runner import Rollout, RolloutSettings  # noqa: E402
+from tirl.rollout.runner import Rollout  # noqa: E402
 from tirl.sandbox import SandboxClient  # noqa: E402
+from tirl.sandbox.config import SandboxConfig, make_sandbox  # noqa: E402
 from tirl.tasks.scoring import score_trajectory  # noqa: E402
-from tirl.train.config import RunConfig, SandboxConfig  # noqa: E402
+from tirl.train.config import RunConfig  # noqa: E402
 from tirl.train.curriculum import budget_at  # noqa: E402
 from tirl.train.rl import configured_reward, is_truncated  # noqa: E402
+from tirl.train.runtime import rollout_settings  # noqa: E402
 
 AGENT_LOOP_YAML = (
     f"- name: {AGENT_LOOP_NAME}\n  _target_: tirl.integrations.verl.agent_loop.TirlAgentLoop\n"
@@ -151,23 +153,6 @@ ERROR_FINISHES = ("error", "cancelled")
 
 
 @dataclass(frozen=True)
-class SandboxPlacement:
-    """Where the loop's sandbox sessions run (`tirl.sandbox` in verl's config)."""
-
-    kind: Literal["local", "ray", "http"] = setting(
-        "local",
-        doc="local: a sandbox in each agent-loop worker process; ray: a RaySandboxPool in verl's"
-        " Ray cluster; http: `tirl sandbox serve` servers at urls",
-    )
-    urls: tuple[str, ...] = setting((), doc="sandbox server base URLs (kind http)")
-    actors: int = setting(1, "[1, 100000]", "sandbox actors per worker's pool (kind ray)")
-
-    def validate(self) -> None:
-        if self.kind == "http" and not self.urls:
-            raise ConfigError("kind http needs urls: the sandbox servers' base URLs", "urls")
-
-
-@dataclass(frozen=True)
 class LoopSetup:
     """Everything a worker process's trajectories share, read once from verl's config."""
 
@@ -176,7 +161,7 @@ class LoopSetup:
     prompt: PromptSettings
     use_tools: bool
     reward: Callable[[Trajectory], float]
-    placement: SandboxPlacement
+    sandbox: SandboxConfig  # the run's `sandbox` section, with verl's `tirl.sandbox` keys over it
     start_stage: int = 0
 
     def stages(self) -> SharedStages:
@@ -254,7 +239,14 @@ def _setup_from(section_json: str) -> LoopSetup:
             f"{TIRL_SECTION}.{unknown[0]}",
         )
     run = run_config_from_verl({TIRL_SECTION: section})
-    placement = from_dict(SandboxPlacement, section.get("sandbox") or {}, f"{TIRL_SECTION}.sandbox")
+    # `+tirl.sandbox.kind=ray` and the like place the sandbox for this launch: verl's keys
+    # over the run config's own sandbox section (one shape, tirl.sandbox.config).
+    over = section.get("sandbox") or {}
+    if not isinstance(over, dict):
+        raise ConfigError(f"{TIRL_SECTION}.sandbox must be a mapping", f"{TIRL_SECTION}.sandbox")
+    sandbox = from_dict(
+        SandboxConfig, {**dataclasses.asdict(run.sandbox), **over}, f"{TIRL_SECTION}.sandbox"
+    )
     if len(run.variants) != 1:
         raise ConfigError(
             f"variants: one verl launch trains one policy, so the run config must name exactly"
@@ -275,7 +267,7 @@ def _setup_from(section_json: str) -> LoopSetup:
         prompt=PromptSettings(protocol, run.prompt.chat, run.prompt.system),
         use_tools=run.variants[0] == "code",
         reward=configured_reward(run.rl),
-        placement=placement,
+        sandbox=sandbox,
         start_stage=start_stage,
     )
 
@@ -293,32 +285,18 @@ class _WorkerSandbox:
 _SANDBOXES: dict[tuple, _WorkerSandbox] = {}
 
 
-def _new_sandbox(placement: SandboxPlacement, cfg: SandboxConfig) -> SandboxClient:
-    preload = tuple(cfg.preload)
-    if placement.kind == "http":
-        from tirl.sandbox.http import HTTPSandbox
-
-        return HTTPSandbox(list(placement.urls))
-    if placement.kind == "ray":
-        from tirl.sandbox.ray_pool import RaySandboxPool
-
-        return RaySandboxPool(placement.actors, limits=cfg.limits(), preload=preload)
-    from tirl.sandbox import Sandbox
-
-    return Sandbox(cfg.limits(), preload=preload)
-
-
-async def worker_sandbox(placement: SandboxPlacement, cfg: SandboxConfig) -> SandboxClient:
-    """This process's sandbox for `placement` and `cfg`, started on first use (concurrent
-    callers wait for the one start). A sandbox belongs to the event loop that started it, so
-    a process that runs a new event loop (tests do) gets a new one."""
+async def worker_sandbox(cfg: SandboxConfig) -> SandboxClient:
+    """This process's sandbox for `cfg` (`sandbox.kind`: local, a RaySandboxPool in verl's Ray
+    cluster, or `tirl sandbox serve` servers), started on first use (concurrent callers wait
+    for the one start). A sandbox belongs to the event loop that started it, so a process that
+    runs a new event loop (tests do) gets a new one."""
     loop = asyncio.get_running_loop()
-    key = (placement, json.dumps(dataclasses.asdict(cfg), sort_keys=True), id(loop))
+    key = (json.dumps(dataclasses.asdict(cfg), sort_keys=True), id(loop))
     entry = _SANDBOXES.get(key)
     if entry is None or entry.loop is not loop:
         if entry is not None:  # a loop that is gone, whose id this one reuses
             _end(entry)
-        client = _new_sandbox(placement, cfg)
+        client = make_sandbox(cfg)
         entry = _WorkerSandbox(loop, client, loop.create_task(client.start()))
         _SANDBOXES[key] = entry
         _close_at_exit()
@@ -477,7 +455,7 @@ class TirlAgentLoop(AgentLoopBase):
         limits = await setup.limits(evaluating)
         sandbox = None
         if setup.use_tools:
-            sandbox = await worker_sandbox(setup.placement, setup.run.sandbox)
+            sandbox = await worker_sandbox(setup.sandbox)
 
         response_length = self.rollout_config.response_length
         engine = self._engine(sampling_params, renderer.eos_id, row.get("priority", 0))
@@ -489,13 +467,12 @@ class TirlAgentLoop(AgentLoopBase):
             max_model_tokens_now=lambda: limits.model_tokens(engine),
         )
         engine.on_version = functools.partial(setattr, rollout, "policy_version")
-        settings = RolloutSettings(
+        settings = rollout_settings(
+            setup.run,
+            setup.use_tools,
             max_model_tokens=limits.model_tokens(engine),
             tool_budget=limits.tool_budget(engine),
             temperature=float(sampling_params.get("temperature", 1.0)),
-            use_tools=setup.use_tools,
-            max_output_chars=setup.run.sandbox.max_output_chars,
-            protocol=setup.protocol,
         )
         traj = await rollout.run(prompt_ids, settings, {"task_id": task.id})
         if traj.finish_reason in ERROR_FINISHES:

@@ -255,6 +255,11 @@ def verl_settings(cfg: RunConfig) -> dict[str, Any]:
     else:
         s[f"{_ACTOR}.use_dynamic_bsz"] = True
         s[f"{_ACTOR}.ppo_max_token_len_per_gpu"] = MAX_PROMPT_TOKENS + response
+    if rl.tis_cap is not None:  # verl's decoupled mode with token-level TIS
+        s["algorithm.rollout_correction.rollout_is"] = "token"
+        s["algorithm.rollout_correction.rollout_is_threshold"] = rl.tis_cap
+    if rl.old_logprobs == "sampler":
+        s["algorithm.rollout_correction.bypass_mode"] = True
     if rl.adaptive_batch:
         s["algorithm.filter_groups.enable"] = True
         s["algorithm.filter_groups.metric"] = "reward"

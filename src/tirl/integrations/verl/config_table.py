@@ -104,6 +104,9 @@ MAPPING: dict[str, Row] = {
         " (actor_rollout_ref.rollout.name is fixed to vllm)"
     ),
     "rollout.urls": _none("tirl's own OpenAI-client engine; verl starts and routes its servers"),
+    "rollout.engine_options": _none(
+        "options of tirl's own engines; verl configures the vLLM servers it starts"
+    ),
     "model.name_or_path": _verl(f"{_AR}.model.path", note="required: verl loads a saved model"),
     "model.arch": _none("shape of the tiny model tirl makes from scratch, never used by verl"),
     "model.hidden_size": _none("shape of the tiny model tirl makes from scratch"),
@@ -122,6 +125,12 @@ MAPPING: dict[str, Row] = {
     ),
     "model.gradient_checkpointing": _verl(f"{_AR}.model.enable_gradient_checkpointing"),
     # ---- sandbox: the loop opens sessions with these limits
+    "sandbox.kind": _loop(
+        "where the loop's sessions run: local (each agent-loop worker), ray (a pool in verl's"
+        " Ray cluster), http (tirl sandbox serve); +tirl.sandbox.* sets it for one launch"
+    ),
+    "sandbox.urls": _loop("the sandbox servers of kind http the loop's sessions go to"),
+    "sandbox.actors": _loop("sandbox actors per agent-loop worker's pool (kind ray)"),
     "sandbox.timeout_s": _loop("sandbox limits of the loop's sessions"),
     "sandbox.memory_mb": _loop("sandbox limits of the loop's sessions"),
     "sandbox.max_output_chars": _loop(
@@ -228,6 +237,16 @@ MAPPING: dict[str, Row] = {
         " batches of at most one full sequence's length",
     ),
     "rl.max_grad_norm": _verl(f"{_ACTOR}.optim.clip_grad"),
+    "rl.old_logprobs": _verl(
+        "algorithm.rollout_correction.bypass_mode",
+        note="sampler -> verl's bypass mode: the rollout's log-probs are the old ones, PPO clip",
+    ),
+    "rl.tis_cap": _verl(
+        "algorithm.rollout_correction.rollout_is",
+        "algorithm.rollout_correction.rollout_is_threshold",
+        note="token-level truncated IS in verl's decoupled mode: rollout_is token, the cap as"
+        " its threshold; null -> no rollout correction",
+    ),
     "rl.bf16": _verl(
         f"{_ACTOR}.fsdp_config.mixed_precision.param_dtype",
         note="true: FSDP computes in bfloat16; false: in the weights' dtype",

