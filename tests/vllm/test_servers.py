@@ -94,6 +94,9 @@ def vllm_server(model: Path) -> list[str]:
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(_free_port()),
         "--dtype", "float32", "--max-model-len", "256", "--enforce-eager", "--seed", "0",
+        # a prefix is cached in whole blocks, and these trajectories are shorter than the CPU
+        # default of 128 tokens; its kernels want multiples of 32
+        "--block-size", "32",
     ]  # fmt: skip
 
 
