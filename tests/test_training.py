@@ -2,10 +2,12 @@
 
 import asyncio
 
+import pytest
 import torch
 
 from tirl.algos.losses import agg_loss, ppo_clip_loss
 from tirl.backends.hf import HFEngine
+from tirl.config import ConfigError, from_dict
 from tirl.protocol.segments import SegmentKind
 from tirl.rollout.runner import Rollout
 from tirl.sandbox import Sandbox
@@ -121,14 +123,28 @@ def test_micro_batches_sorted_by_length_give_one_batchs_gradient_with_less_paddi
     assert pads[1] < pads[0] / 2
 
 
+def test_tis_with_the_samplers_own_log_probs_is_refused():
+    with pytest.raises(ConfigError, match="rl.tis_cap"):
+        from_dict(RLConfig, {"old_logprobs": "sampler", "tis_cap": 2.0})
+
+
 def test_budget_schedule_grows_two_three_four():
     schedule = RLConfig().budget_schedule
     assert [budget_at(schedule, f) for f in (0.0, 0.2, 0.34, 0.5, 0.67, 0.99)] == [2, 2, 3, 3, 4, 4]
     assert budget_at([[0, 1]], 0.9) == 1
 
 
-def test_one_rl_step_updates_the_policy_and_reports(env, tokenizer, tiny_model):
-    cfg = RLConfig(steps=4, prompts_per_step=2, group_size=3, max_model_tokens=24, lr=1e-3)
+@pytest.mark.parametrize("old_logprobs", ["trainer", "sampler"])
+def test_one_rl_step_updates_the_policy_and_reports(env, tokenizer, tiny_model, old_logprobs):
+    cfg = RLConfig(
+        steps=4,
+        prompts_per_step=2,
+        group_size=3,
+        max_model_tokens=24,
+        lr=1e-3,
+        old_logprobs=old_logprobs,
+        tis_cap=2.0 if old_logprobs == "trainer" else None,
+    )
     before = [p.detach().clone() for p in tiny_model.parameters()]
 
     async def main():
@@ -149,8 +165,11 @@ def test_one_rl_step_updates_the_policy_and_reports(env, tokenizer, tiny_model):
 
     metrics = asyncio.run(main())
     assert metrics["rl/budget"] == 2 and metrics["phase"] == "rl"
-    # the trainer scores the sampled ids as the sampler did
-    assert metrics["mismatch/abs_diff_max"] < 1e-4 and metrics["mismatch/kl_k3"] < 1e-8
+    if old_logprobs == "trainer":  # it scores the sampled ids as the sampler did
+        assert metrics["mismatch/abs_diff_max"] < 1e-4 and metrics["mismatch/kl_k3"] < 1e-8
+        assert metrics["mismatch/tis_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    else:  # no scoring pass, nothing to compare
+        assert not any(k.startswith("mismatch/") for k in metrics)
     for key in (
         "train/reward_mean",
         "train/accuracy",

@@ -25,6 +25,7 @@ from tirl.config import ConfigError, describe, dump_yaml, load_config, to_dict
 from tirl.envs.cli import add_envs_parser
 from tirl.eval.evaluate import FailedSamplesError, check_failed_share  # light: no torch
 from tirl.integrations.verl.cli import add_parser as add_verl_parser
+from tirl.sandbox.api import SandboxError
 from tirl.sandbox.config import SandboxConfig
 from tirl.synth.cli import add_synth_parser
 
@@ -764,6 +765,10 @@ def _os_error_line(err: OSError) -> str:
     return text
 
 
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args, extra = build_parser().parse_known_args(argv)
@@ -772,9 +777,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"tirl: error: {err}", file=sys.stderr)
         return 2
-    except (FailedSamplesError, WeightPushError) as err:
+    except (FailedSamplesError, WeightPushError, SandboxError) as err:
         # results and the last checkpoint are kept; a rerun (--resume) continues from them
-        print(f"tirl: error: {err}", file=sys.stderr)
+        print(f"tirl: error: {_one_line(err)}", file=sys.stderr)
         return 1
     except OSError as err:
         if err.errno not in _PATH_ERRORS | _SPACE_ERRORS or os.environ.get("TIRL_DEBUG"):

@@ -226,8 +226,9 @@ class Pipeline:
 
     async def run(self) -> dict:
         cfg = self.cfg
-        self.prepare()
+        # The sandbox first: an unreachable server or cluster is one line before any work.
         async with runtime.sandbox_for(cfg) as sandbox:
+            self.prepare()
             for variant in cfg.variants:
                 await self.run_variant(variant, sandbox)
         self.logger.close()

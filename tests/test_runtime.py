@@ -1,0 +1,67 @@
+"""One runtime for every command (`tirl.train.runtime`): `tirl train` runs its code on the
+transport `sandbox.kind` names, a real `tirl sandbox serve` server or a Ray pool on a local
+cluster, end to end; and a sandbox section that cannot work is one line before any work."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+import pytest
+from test_sandbox_http import running_server
+from tiny_run import run, train_cmd
+
+from tirl.sandbox.config import SANDBOX_TRANSPORTS
+
+
+def _cells_run(url: str) -> float:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
+    with opener.open(f"{url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(v) for v in re.findall(r"^tirl_sandbox_cells_total{[^}]*} (\S+)$", text, re.M))
+
+
+def test_tirl_train_runs_its_code_on_a_sandbox_server(tmp_path):
+    with running_server(tmp_path / "server") as server:
+        assert _cells_run(server.url) == 0
+        done = run(train_cmd(tmp_path, "over-http", "sandbox.kind=http",
+                             f"sandbox.urls=[{server.url}]"))  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert _cells_run(server.url) > 0  # the demonstrations' code ran there, not here
+
+
+@pytest.mark.slow
+def test_tirl_train_runs_its_code_on_a_ray_pool(tmp_path):
+    done = run(train_cmd(tmp_path, "over-ray", "sandbox.kind=ray", "sandbox.actors=1"), 600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "over-ray" / "code" / "rl").is_dir()
+
+
+def test_the_transports_are_registered_by_name():
+    assert {"local", "http", "ray"} <= set(SANDBOX_TRANSPORTS)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "code", "words"),
+    [
+        (["sandbox.kind=docker"], 2, "sandbox.kind must name a registered sandbox transport"),
+        (["sandbox.kind=http"], 2, "sandbox.urls must list the servers' base URLs for kind http"),
+        (["sandbox.kind=http", "sandbox.urls=[ftp://x]"], 2, "must list server base URLs"),
+        (["sandbox.urls=[http://127.0.0.1:1]"], 2, "sandbox.urls is read only by kind http"),
+        (["sandbox.actors=0"], 2, "sandbox.actors"),
+        # port 9 (discard) on loopback: nothing listens there on this machine
+        (
+            ["sandbox.kind=http", "sandbox.urls=[http://127.0.0.1:9]"],
+            1,
+            "no sandbox server answered",
+        ),
+    ],
+)
+def test_a_sandbox_section_that_cannot_work_is_one_line_before_any_work(
+    tmp_path, overrides, code, words
+):
+    done = run(train_cmd(tmp_path, "bad", *overrides))
+    line = done.stderr.strip()
+    assert done.returncode == code and "\n" not in line, done.stderr[-2000:]
+    assert line.startswith("tirl: error: ") and words in line
+    assert not (tmp_path / "bad" / "code").exists()  # no tokenizer, no SFT: nothing was done
