@@ -25,7 +25,9 @@ from tirl.backends.openai import OpenAIEngine
 from tirl.config import ConfigError, from_dict, load_config
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory
 from tirl.rewards.reward import REWARDS, make_reward
+from tirl.rollout.engines import ENGINES
 from tirl.rollout.router import Router
+from tirl.sandbox.config import SANDBOX_TRANSPORTS, make_sandbox
 from tirl.tasks import Mixture, make_source
 from tirl.tasks.registry import SOURCES
 from tirl.train.batch import collate, token_logprobs
@@ -48,7 +50,14 @@ def recipe_blocks(title: str, lang: str) -> list[str]:
 @pytest.fixture()
 def run_recipe():
     """Run a recipe's python blocks as one module; remove what they registered afterwards."""
-    registries = (ADVANTAGE_ESTIMATORS, POLICY_LOSSES, REWARDS, SOURCES)
+    registries = (
+        ADVANTAGE_ESTIMATORS,
+        POLICY_LOSSES,
+        REWARDS,
+        SOURCES,
+        ENGINES,
+        SANDBOX_TRANSPORTS,
+    )
     before = [set(r) for r in registries]
     added_modules, added_sources = [], []
 
@@ -75,12 +84,16 @@ def run_recipe():
         linecache.cache.pop(filename, None)
 
 
-def rl_from_recipe(title: str, tmp_path: Path, overrides: list[str] = ()) -> RLConfig:
+def config_from_recipe(title: str, tmp_path: Path, overrides: list[str] = ()) -> RunConfig:
     """The recipe's YAML block as a config file, loaded as `tirl train FILE` loads it."""
     (text,) = recipe_blocks(title, "yaml")
     path = tmp_path / "extending.yaml"
     path.write_text(text, encoding="utf-8")
-    return load_config(RunConfig, path, overrides).rl
+    return load_config(RunConfig, path, overrides)
+
+
+def rl_from_recipe(title: str, tmp_path: Path, overrides: list[str] = ()) -> RLConfig:
+    return config_from_recipe(title, tmp_path, overrides).rl
 
 
 def test_every_file_the_page_names_exists():
@@ -321,6 +334,29 @@ def test_a_backend_has_the_engine_interface_and_says_whether_it_receives_weights
     hf.close()
 
 
+def test_a_registered_engine_is_chosen_by_the_config_with_its_options(
+    run_recipe, tiny_model, tokenizer, tmp_path
+):
+    from tirl.models.tiny import save_policy
+    from tirl.train.runtime import engine_for
+
+    recipe = run_recipe("A generation backend")
+    save_policy(tiny_model, tokenizer, tmp_path / "model")
+    evaluate_only = ["sft.steps=0", "rl.steps=0", f"model.name_or_path={tmp_path / 'model'}"]
+    cfg = config_from_recipe("A generation backend", tmp_path, evaluate_only)
+    engine = engine_for(cfg, None, tokenizer, tokenizer.eos_token_id)
+    assert isinstance(engine, recipe["ReplayEngine"])
+    out = asyncio.run(engine.generate("k", [1], max_new_tokens=50))
+    assert tokenizer.decode(out.ids) == "So \\boxed{42}." and out.finish_reason == "stop"
+
+    with pytest.raises(ConfigError, match="rollout.engine_options.colour is not a parameter"):
+        config_from_recipe(
+            "A generation backend", tmp_path, [*evaluate_only, "rollout.engine_options.colour=1"]
+        )
+    with pytest.raises(ConfigError, match="cannot receive the trained weights"):
+        config_from_recipe("A generation backend", tmp_path, [evaluate_only[2]])
+
+
 # ------------------------------------------------------------------------------ sandboxes
 
 
@@ -346,3 +382,17 @@ def test_a_sandbox_transport_runs_forks_and_restores_sessions(run_recipe):
     outputs, cells = asyncio.run(use())
     assert outputs == ["40", "42", "20"]
     assert cells == 7  # 5 cells asked for, 2 replayed by restore
+
+
+def test_a_registered_transport_is_chosen_by_sandbox_kind(run_recipe, tmp_path):
+    recipe = run_recipe("A sandbox transport")
+    cfg = config_from_recipe("A sandbox transport", tmp_path).sandbox
+
+    async def use():
+        async with make_sandbox(cfg) as sandbox:
+            result = await sandbox.run_once("print(6 * 7)")
+            return sandbox, result
+
+    sandbox, result = asyncio.run(use())
+    assert isinstance(sandbox, recipe["CountingSandbox"]) and sandbox.cells == 1
+    assert result.stdout == "42\n" and cfg.timeout_s == 2.0

@@ -109,6 +109,20 @@ def test_partial_rollouts_resume_to_the_whole_trajectory(runner, engine, sandbox
     assert [t.ids for t in pieces] == [t.ids for t in one_go]
 
 
+def test_many_seeded_requests_with_long_prompts_are_served(runner, engine, tokenizer):
+    """More prompt tokens at once than one step's default budget: vLLM's CPU runner would
+    prefill them in chunks and die on the seeded ones (the engine turns chunking off)."""
+    problems = [SOURCE.item("train", i).problem for i in range(400)]
+    r = renderer(tokenizer, "cir_fences", False)
+    long = [r.prompt_ids(" ".join(problems[6 * i : 6 * i + 6])) for i in range(64)]
+    assert sum(map(len, long)) > 4096
+    kw = dict(max_new_tokens=16, temperature=1.0, seed=11)
+    first = runner.run(_generate_all(engine, long, **kw))
+    again = runner.run(_generate_all(engine, long, **kw))
+    assert [o.ids for o in first] == [o.ids for o in again]
+    assert all(o.ids for o in first)
+
+
 def test_a_cancelled_request_leaves_the_engine_serving(runner, engine, hf_engine, tokenizer):
     batch = prompts(tokenizer, "cir_fences", False, 4)
 

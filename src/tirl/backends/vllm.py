@@ -161,6 +161,18 @@ def weights_payload(model) -> tuple[bytes, int]:
     return save(tensors), len(tensors)
 
 
+def _context_length(model_path: str) -> int:
+    """The context a saved model declares (its config.json), 0 when it says none."""
+    import json
+    from pathlib import Path
+
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0  # a hub name: vLLM reads it, and the 8192 floor holds
+    return int(config.get("max_position_embeddings") or 0)
+
+
 class VLLMEngine:
     """vLLM (its `AsyncLLM`) with the `generate(key, feed_ids, ...)` interface; it receives
     the trainer's weights. `engine_kwargs` go to `vllm.AsyncEngineArgs` as they are."""
@@ -188,8 +200,15 @@ class VLLMEngine:
         if problem:
             raise ValueError(problem)
         served = vllm_device()
-        if served == "cpu" and kv_cache_gb is None:
-            kv_cache_gb = 1.0  # else the CPU backend takes a share of all free RAM
+        if served == "cpu":
+            if kv_cache_gb is None:
+                kv_cache_gb = 1.0  # else the CPU backend takes a share of all free RAM
+            # vLLM 0.32's CPU runner kills the engine when a seeded request's prompt is
+            # prefilled in chunks ("CPU Generator does not use offset"), and RL seeds every
+            # trajectory: prompts are prefilled whole, with a step budget that fits any.
+            context = max_model_len or _context_length(model_path)
+            engine_kwargs.setdefault("enable_chunked_prefill", False)
+            engine_kwargs.setdefault("max_num_batched_tokens", max(8192, context))
         if kv_cache_gb is not None:
             engine_kwargs.setdefault("kv_cache_memory_bytes", int(kv_cache_gb * 2**30))
         self._vllm = vllm
