@@ -204,6 +204,6 @@ async def _train_all(cfg: RacesStudyConfig, out_dir: Path, evaluation: Evaluatio
                     finally:
                         pipeline.logger.close()
                     if not cfg.study.keep_policies:  # the metrics and samples are the result
-                        for kept in ("rl", "rl_state"):
+                        for kept in ("rl", "rl_state", "engine_policy"):
                             shutil.rmtree(pipeline.run_dir / variant / kept, ignore_errors=True)
     sft_pipeline.logger.close()

@@ -399,6 +399,7 @@ class RLTrainer:
         metrics: dict = {"variant": self.variant, "phase": "rl", "step": self.state.step}
         metrics.update({"rl/budget": budget, "rl/max_model_tokens": max_tokens})
         metrics.update(batch_stats)
+        metrics.update(pushed)  # a restored checkpoint's weights; an update's push replaces it
         if batch:
             pause = getattr(self.rollout.engine, "pause", None) if self.rollout else None
             if pause is not None:  # e.g. vLLM's sleep mode frees its KV cache for the update
@@ -418,7 +419,6 @@ class RLTrainer:
             self.state.stage = min(self.state.stage + 1, len(cfg.stages) - 1)
         self.state.step += 1
         metrics["rl/stage"] = self.state.stage
-        metrics.update(pushed)
         metrics["time/rollout_s"] = rollout_s
         metrics["time/step_s"] = time.perf_counter() - start
         if self.logger is not None:
