@@ -40,6 +40,16 @@ collect_ignore = [
     if not any(_installed(d) for d in distributions)
 ]
 
+# Summary lines of the suites that run in environments of their own (tests/verl, tests/vllm),
+# printed at the end of this run's report so that its log shows what they ran.
+SIDE_SUITES: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for line in SIDE_SUITES:
+        terminalreporter.write_line(line)
+
+
 hf_logging.disable_progress_bar()
 hf_logging.set_verbosity_error()
 

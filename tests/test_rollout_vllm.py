@@ -50,3 +50,14 @@ def test_the_weights_payload_holds_every_name_tied_ones_as_copies(tiny_model):
     assert "lm_head.weight" in tensors  # tied to the embeddings, sent under its own name
     for name, tensor in state.items():
         assert tensors[name].equal(tensor), name
+
+
+def test_unseeded_requests_get_a_stream_of_seeds_and_seeded_ones_keep_theirs():
+    from tirl.backends.server_stops import RequestSeeds
+
+    seeds = RequestSeeds(0)
+    drawn = [seeds(None) for _ in range(4)]
+    assert len(set(drawn)) == 4  # not the engine's seed again and again
+    assert seeds(7) == 7
+    assert [RequestSeeds(0)(None) for _ in range(2)] == [drawn[0]] * 2  # reproducible
+    assert RequestSeeds(None)(None) is None  # no seed: the server's own randomness

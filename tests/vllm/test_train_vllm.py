@@ -108,3 +108,34 @@ def test_a_bf16_sampler_shows_the_gap_and_tis_weights_it(fp32_run, tmp_path):
     for r in bf16:
         assert 0 < r["mismatch/tis_weight_mean"] <= 2.0
     print("bf16 sampler vs fp32 trainer:", {k: mean(bf16, k) for k in bf16[0] if "mismatch" in k})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        (
+            ["rollout.engine_options={dtype: int8}"],
+            "dtype must be one of float32, bfloat16, float16",
+        ),
+        (["rollout.engine_options={dtype: float16}"], "dtype float16 needs a GPU"),
+        (["rollout.engine_options={kv_cache_gb: 0}"], "kv_cache_gb must be > 0"),
+        (["rollout.engine_options={sleep_during_update: true}"], "sleep_during_update needs a GPU"),
+        (
+            ["rollout.engine_options={swap_gb: 4}"],
+            "rollout.engine_options.swap_gb is not a parameter",
+        ),
+        (["device=cuda"], "cuda"),  # the machine has no GPU, and this vLLM is the CPU build
+    ],
+)
+def test_a_vllm_setting_that_cannot_run_here_is_one_line_before_any_work(
+    tmp_path, overrides, words
+):
+    run = subprocess.run(
+        [sys.executable, "-m", "tirl.cli", "train", "rollout.engine=vllm", f"out_dir={tmp_path}",
+         *overrides],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    line = run.stderr.strip()
+    assert run.returncode == 2 and "\n" not in line, run.stderr[-2000:]
+    assert line.startswith("tirl: error: ") and words in line
+    assert not any(tmp_path.iterdir())

@@ -109,6 +109,14 @@ def test_partial_rollouts_resume_to_the_whole_trajectory(runner, engine, sandbox
     assert [t.ids for t in pieces] == [t.ids for t in one_go]
 
 
+def test_unseeded_samples_of_one_prompt_are_independent(runner, engine, tokenizer):
+    """avg@k draws k samples of a prompt with no seed of their own: they must not all be the
+    same draw (the engine's seed starts a stream of request seeds)."""
+    prompt = prompts(tokenizer, "cir_fences", False, 1)[0]
+    outs = runner.run(_generate_all(engine, [prompt] * 8, max_new_tokens=24, temperature=1.0))
+    assert len({tuple(o.ids) for o in outs}) > 1
+
+
 def test_many_seeded_requests_with_long_prompts_are_served(runner, engine, tokenizer):
     """More prompt tokens at once than one step's default budget: vLLM's CPU runner would
     prefill them in chunks and die on the seeded ones (the engine turns chunking off)."""

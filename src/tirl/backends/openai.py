@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 
 from tirl.backends.engine import GenOutput, StopFn
-from tirl.backends.server_stops import generate_with_server_stops
+from tirl.backends.server_stops import RequestSeeds, generate_with_server_stops
 from tirl.httpauth import bearer, client_key
 
 FENCE = "```"
@@ -55,6 +55,7 @@ class OpenAIEngine:
         self.tokenizer = tokenizer
         self.model = model
         self.seed = seed
+        self.seeds = RequestSeeds(seed)
         self.max_model_len: int | None = None  # from /v1/models, when the server says
         self._headers = bearer(client_key(api_key))
         self.exact_ids = True  # False once the server answered with text only
@@ -110,8 +111,9 @@ class OpenAIEngine:
         }
         if stops:
             body["stop"] = list(stops)
-        if seed is not None or self.seed is not None:
-            body["seed"] = seed if seed is not None else self.seed
+        seed = self.seeds(seed)
+        if seed is not None:
+            body["seed"] = seed
         if self.max_model_len is not None:  # what HFEngine does: never past the context
             room = self.max_model_len - len(ids)
             if room <= 0:

