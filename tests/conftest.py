@@ -30,18 +30,18 @@ def _installed(distribution: str) -> bool:
     return True
 
 
-# tests/verl and tests/vllm need verl and vLLM, each in an environment of its own
+# tests/verl and tests/vllm_cpu need verl and vLLM, each in an environment of its own
 # (tests/side_venv.py); this suite runs them there through test_verl_plugin.py and
 # test_vllm_plugin.py. The installed distributions are asked: `import verl` here would find
-# tests/verl itself.
+# tests/verl itself (which is also why vLLM's folder is not named tests/vllm).
 collect_ignore = [
     folder
-    for folder, distributions in (("verl", ("verl",)), ("vllm", ("vllm", "vllm-cpu")))
+    for folder, distributions in (("verl", ("verl",)), ("vllm_cpu", ("vllm", "vllm-cpu")))
     if not any(_installed(d) for d in distributions)
 ]
 
-# Summary lines of the suites that run in environments of their own (tests/verl, tests/vllm),
-# printed at the end of this run's report so that its log shows what they ran.
+# Summary lines of the suites that run in environments of their own (tests/verl,
+# tests/vllm_cpu), printed at the end of this run's report so that its log shows what they ran.
 SIDE_SUITES: list[str] = []
 
 

