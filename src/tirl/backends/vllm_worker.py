@@ -16,6 +16,13 @@ This module imports nothing of tirl, so a worker does not import tirl's other mo
 
 from __future__ import annotations
 
+import logging
+
+# The layer-wise reload warns, at every push, that modules without weights (the rotary
+# embedding) "failed to load weights"; the count check in `VLLMEngine.load_weights` is what
+# says whether every tensor arrived.
+_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
 
 class WeightLoader:
     """The worker extension: `tirl_load_weights(payload) -> number of tensors loaded`."""
@@ -23,6 +30,7 @@ class WeightLoader:
     def tirl_load_weights(self, payload: bytes) -> int:
         from safetensors.torch import load
 
+        logging.getLogger(_RELOAD_LOGGER).setLevel(logging.ERROR)
         tensors = load(payload)
         self.reload_weights(weights_iterator=iter(tensors.items()))  # type: ignore[attr-defined]
         return len(tensors)
