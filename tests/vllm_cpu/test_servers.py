@@ -27,6 +27,7 @@ import pytest
 from conftest import SOURCE, prompts, renderer
 
 from tirl.backends.openai import OpenAIEngine
+from tirl.protocol.segments import SegmentKind
 from tirl.rollout.router import Router
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
@@ -147,16 +148,24 @@ def test_an_evaluation_run_over_both_servers(vllm_urls, policy_dir, tmp_path):
     assert results["code"]["sft"]["heldout"]["eval/samples"] == 12
 
 
-def _route(urls: list[str], tokenizer, **router_options) -> tuple[dict, float, float]:
-    """Multi-turn tool trajectories through a Router over `urls`: (router stats, prefix-cache
-    queries, hits) added on the servers during the run."""
+BLOCK = 32  # the servers' --block-size: the prefix cache holds whole blocks
+
+
+def test_the_sticky_router_keeps_turns_on_one_server_and_reuses_its_prefix_cache(
+    vllm_urls, tokenizer
+):
+    """Multi-turn tool trajectories through tirl's router over both servers: every later
+    request of a trajectory goes to the server that served its earlier ones, and there it
+    finds its prefix cached (vLLM's own counters). Rebalancing is off here (a trajectory moves
+    when its server is clearly busier; tests/test_router.py covers that), so every later turn
+    must go home."""
     batch = prompts(tokenizer, "cir_fences", False, 16, split="train")
     settings = RolloutSettings(max_model_tokens=64, tool_budget=2, temperature=0.0)
-    before = [prefix_cache(u) for u in urls]
+    before = [prefix_cache(u) for u in vllm_urls]
 
     async def run():
-        clients = [OpenAIEngine(u, tokenizer, model="tiny", seed=0) for u in urls]
-        router = Router(clients, **router_options)
+        clients = [OpenAIEngine(u, tokenizer, model="tiny", seed=0) for u in vllm_urls]
+        router = Router(clients, rebalance_ratio=1e9)
         try:
             async with Sandbox(SandboxLimits(timeout_s=2.0), preload=("math",)) as sandbox:
                 trajs = await Rollout(router, tokenizer, sandbox).run_many(batch, settings)
@@ -165,26 +174,21 @@ def _route(urls: list[str], tokenizer, **router_options) -> tuple[dict, float, f
         return router.stats(), trajs
 
     stats, trajs = asyncio.run(run())
-    after = [prefix_cache(u) for u in urls]
-    assert sum(len(t.tool_calls) for t in trajs) >= 8  # most trajectories have a second turn
-    queries = sum(a[0] - b[0] for a, b in zip(after, before))
+    after = [prefix_cache(u) for u in vllm_urls]
+    assert stats["moves"] == 0 and stats["failovers"] == 0  # every turn went home
+    assert all(n > 0 for n in stats["requests"])  # both servers were used
+    # A later model segment continues a history of at least one whole block (the prompt and a
+    # code block) computed on the same server: each finds that much of its prompt cached.
+    later_segments = sum(
+        max(0, sum(s.kind is SegmentKind.MODEL for s in t.segments) - 1) for t in trajs
+    )
+    assert later_segments >= 8  # most trajectories had a second turn
     hits = sum(a[1] - b[1] for a, b in zip(after, before))
-    return stats, queries, hits
-
-
-def test_the_sticky_router_keeps_turns_on_one_server_and_reuses_its_prefix_cache(
-    vllm_urls, tokenizer
-):
-    sticky, q_sticky, h_sticky = _route(vllm_urls, tokenizer)
-    assert sticky["moves"] == 0 and sticky["failovers"] == 0  # every turn went home
-    assert all(n > 0 for n in sticky["requests"])  # both servers were used
-    # the baseline: a sticky table of one key, so a trajectory's next turn goes wherever is
-    # least loaded then, with its whole history re-fed
-    scattered, q_scattered, h_scattered = _route(vllm_urls, tokenizer, max_sticky=1)
-    assert scattered["evictions"] > 0
-    print(f"prefix-cache hits: sticky {h_sticky:.0f}/{q_sticky:.0f} tokens,"
-          f" scattered {h_scattered:.0f}/{q_scattered:.0f}")  # fmt: skip
-    assert h_sticky / q_sticky > h_scattered / q_scattered
+    queries = sum(a[0] - b[0] for a, b in zip(after, before))
+    print(
+        f"prefix-cache hits {hits:.0f} of {queries:.0f} prompt tokens, {later_segments} later turns"
+    )
+    assert hits >= BLOCK * later_segments
 
 
 @pytest.fixture(scope="module")
