@@ -55,6 +55,7 @@ from tirl.backends.server_requests import (
     parse_body,
     parse_chat,
     parse_completion,
+    token_bytes_bound,
 )
 from tirl.httpauth import auth_middleware, bind_refusal, is_loopback, redact_health
 
@@ -129,7 +130,9 @@ class CompletionServer:
         self.model_name = model_name
         self.api_key = api_key
         vocab = engine.model.get_input_embeddings().num_embeddings
-        self.limits = ModelLimits(frozenset({model_name}), vocab, engine.max_len)
+        self.limits = ModelLimits(
+            frozenset({model_name}), vocab, engine.max_len, token_bytes_bound(tokenizer)
+        )
         self.requests = 0  # accepted generation requests
         self.failures = 0  # of which failed in the engine (answered 500)
         self.created = int(time.time())
@@ -190,8 +193,10 @@ class CompletionServer:
 
     async def _serve(self, request: web.Request, parse) -> web.StreamResponse:
         raw = await request.read()  # over MAX_BODY_BYTES: a 413 from the middleware
-        try:
-            req = parse(parse_body(raw), self.limits, self.tokenizer)
+        try:  # JSON decoding and tokenizing in a thread: a long prompt never stalls the loop
+            req = await asyncio.to_thread(
+                lambda: parse(parse_body(raw), self.limits, self.tokenizer)
+            )
         except BadRequest as e:
             return error_response(e.status, str(e), e.param, e.code)
         self.requests += 1

@@ -55,6 +55,22 @@ class ModelLimits:
     names: frozenset[str]  # the model names a request may ask for
     vocab_size: int  # token ids must be below this (rows of the input embedding)
     max_len: int  # prompt + generated tokens, at most
+    # The most UTF-8 bytes one token can stand for (`token_bytes_bound`). A text longer than
+    # max_len * this has more tokens than the context holds: it is refused before tokenizing,
+    # so no request costs more tokenizing than the context is worth.
+    max_token_bytes: int = 64
+
+    @property
+    def max_text_bytes(self) -> int:
+        return self.max_len * self.max_token_bytes
+
+
+def token_bytes_bound(tokenizer) -> int:
+    """An upper bound on the UTF-8 bytes one token of `tokenizer` covers: the longest entry of
+    its vocabulary, special tokens included, as written there (a byte-level token spells each
+    byte with one character of one or two bytes; a SentencePiece one writes a space as the
+    three-byte '▁'): never less than what the token decodes to."""
+    return max(len(token.encode("utf-8")) for token in tokenizer.get_vocab())
 
 
 @dataclass(frozen=True)
@@ -145,6 +161,7 @@ def parse_chat(body: dict[str, Any], limits: ModelLimits, tokenizer) -> Generati
             "this model's tokenizer has no chat template, so messages cannot be rendered;"
             " use /v1/completions with a prompt",
         )
+    _check_text_size("".join(m["content"] for m in messages), limits, "messages")
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     except Exception as e:  # a template's own raise_exception(), or one it cannot handle
@@ -352,6 +369,9 @@ def _prompts(body: dict[str, Any], limits: ModelLimits, tokenizer) -> list[list[
         )
     if len(items) > MAX_PROMPTS:
         raise BadRequest("prompt", f"at most {MAX_PROMPTS} prompts per request, got {len(items)}")
+    for item in items:  # every text bounded before any is tokenized
+        if isinstance(item, str):
+            _check_text_size(item, limits, "prompt")
     prompts = []
     for item in items:
         if isinstance(item, str):
@@ -361,6 +381,18 @@ def _prompts(body: dict[str, Any], limits: ModelLimits, tokenizer) -> list[list[
         _check_prompt_ids(ids, limits, "prompt")
         prompts.append(list(ids))
     return prompts
+
+
+def _check_text_size(text: str, limits: ModelLimits, field: str) -> None:
+    """Refuse a text that cannot fit in the context whatever it tokenizes to (O(len) once)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limits.max_text_bytes:
+        raise BadRequest(
+            field,
+            f"the {field} has {size} bytes of text: more than the model's context of"
+            f" {limits.max_len} tokens can hold (at most {limits.max_token_bytes} bytes a token,"
+            f" so {limits.max_text_bytes} bytes)",
+        )
 
 
 def _check_prompt_ids(ids: list, limits: ModelLimits, field: str) -> None:
