@@ -122,6 +122,13 @@ def scripted_model(tokenizer):
 @contextmanager
 def tirl_serve(model, tokenizer, folder: Path) -> Iterator[str]:
     """`tirl serve` of `model` as a real subprocess on loopback; yields its base URL."""
+    with tirl_serve_process(model, tokenizer, folder) as (url, _):
+        yield url
+
+
+@contextmanager
+def tirl_serve_process(model, tokenizer, folder: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`tirl_serve`, yielding the server's process too."""
     save_policy(model, tokenizer, folder)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tirl.cli", "serve", str(folder), "--port", "0"],
@@ -134,7 +141,7 @@ def tirl_serve(model, tokenizer, folder: Path) -> Iterator[str]:
         proc.kill()
         pytest.fail(f"tirl serve did not start: {line}{proc.stderr.read()}")
     try:
-        yield line.strip().rsplit(" ", 1)[1]
+        yield line.strip().rsplit(" ", 1)[1], proc
     finally:
         proc.terminate()
         proc.wait(timeout=10)

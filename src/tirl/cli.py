@@ -48,13 +48,14 @@ def _load_run_config(path: str | None, overrides: list[str]):
 def _evaluation():
     """tirl.eval's evaluation and report, handed to the training pipeline (which does not
     import tirl.eval: DESIGN.md's layers)."""
-    from tirl.eval.evaluate import evaluate_policy
+    from tirl.eval.evaluate import evaluate_policy, first_failure
     from tirl.eval.report import format_summary_table, summary_rows, write_report
     from tirl.train.pipeline import Evaluation
 
     return Evaluation(
         evaluate_policy=evaluate_policy,
         check_failed_share=check_failed_share,
+        first_failure=first_failure,
         write_report=write_report,
         summary_table=lambda results: format_summary_table(summary_rows(results)),
     )
@@ -151,7 +152,11 @@ def _eval_config(args: argparse.Namespace, cfg):
     from dataclasses import replace
 
     if _is_url(args.model):
-        return replace(cfg, rollout=replace(cfg.rollout, engine="openai", urls=[args.model]))
+        options = {} if args.request_timeout_s is None else {"timeout_s": args.request_timeout_s}
+        rollout = replace(cfg.rollout, engine="openai", urls=[args.model], engine_options=options)
+        return replace(cfg, rollout=rollout)
+    if args.request_timeout_s is not None:
+        raise ConfigError("--request-timeout-s applies to a server URL, not to a model folder")
     return replace(cfg, model=replace(cfg.model, name_or_path=args.model))
 
 
@@ -218,7 +223,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model, tokenizer = _policy(args, cfg)
     if items is not None:
         return _eval_benchmarks(args, cfg, model, tokenizer, items)
-    from tirl.eval.evaluate import evaluate_policy
+    from tirl.eval.evaluate import evaluate_policy, first_failure
     from tirl.tasks import Mixture
     from tirl.tasks.prompts import PromptRenderer
     from tirl.train.pipeline import eval_sets
@@ -230,11 +235,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     settings = eval_settings(cfg, use_tools=not args.no_tools)
 
+    failures: list[str] = []
+
     async def run() -> dict:
         results = {}
         async with _eval_rollout(cfg, model, tokenizer, renderer.eos_id) as rollout:
             for name, tasks in sets.items():
-                results[name], _ = await evaluate_policy(
+                results[name], trajs = await evaluate_policy(
                     rollout,
                     tasks,
                     settings,
@@ -243,6 +250,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                     cfg.eval.temperature,
                     f"eval {name}",
                 )
+                failures.append(first_failure(trajs))
         return results
 
     results = asyncio.run(run())
@@ -253,6 +261,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         cfg.eval.max_failed_share,
         "tirl eval",
         "rerun to evaluate again",
+        next(filter(None, failures), ""),
     )  # FailedSamplesError: main prints it, exit code 1
     return 0
 
@@ -574,6 +583,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=number(int, ">= 1"),
         default=512,
         help="model tokens per trajectory, >= 1 (default 512)",
+    )
+    p.add_argument(
+        "--request-timeout-s",
+        type=number(float, "(0, 86400]"),
+        help="with a server URL: the longest one request may take before its sample counts as"
+        " failed (default 600)",
     )
     p.add_argument(
         "--limit", type=number(int, ">= 1"), help="only the first N items of each benchmark"

@@ -78,6 +78,24 @@ class Engine(Protocol):
         ...
 
 
+class PromptTooLongError(ValueError):
+    """A sequence's prompt leaves no room in the context for a single generated token: the
+    sample cannot run (a failure, reported as such), unlike a sequence that fills the context
+    while it runs (finish "length", a truncation)."""
+
+    def __init__(self, prompt_tokens: int, context: int) -> None:
+        super().__init__(
+            f"the prompt has {prompt_tokens} tokens and the model's context {context}:"
+            " no room to generate"
+        )
+
+
+def check_prompt_fits(prompt_tokens: int, context: int | None) -> None:
+    """PromptTooLongError unless a prompt of `prompt_tokens` leaves room in `context`."""
+    if context is not None and prompt_tokens >= context:
+        raise PromptTooLongError(prompt_tokens, context)
+
+
 class WeightPushError(RuntimeError):
     """The trained weights could not be put into the rollout engine: sampling on would use
     stale ones, so the run stops (its last checkpoint is left as it was)."""

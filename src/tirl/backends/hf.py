@@ -50,7 +50,7 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
-from tirl.backends.engine import GenOutput, StopFn
+from tirl.backends.engine import GenOutput, StopFn, check_prompt_fits
 from tirl.backends.kv_slots import SlotRows, supports
 
 __all__ = ["GenOutput", "HFEngine", "StopFn"]  # GenOutput, StopFn: tirl.backends.engine
@@ -199,6 +199,8 @@ class HFEngine:
         # The token sampled last in the previous call is not in the cache yet: feed it first.
         feed_ids = self._unfed.pop(key, []) + list(feed_ids)
         past = self._lengths.get(key, 0)
+        if not past:  # the key's prompt: one that cannot fit is a failed sample
+            check_prompt_fits(len(feed_ids), self.max_len)
         room = self.max_len - past - len(feed_ids)
         if room <= 0 or max_new_tokens <= 0:
             return GenOutput([], [], "length")

@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from tirl.backends.engine import GenOutput, StopFn
+from tirl.backends.engine import GenOutput, StopFn, check_prompt_fits
 from tirl.backends.server_stops import RequestSeeds, generate_with_server_stops
 from tirl.httpauth import bearer, client_key
 
@@ -61,6 +61,7 @@ class OpenAIEngine:
         self.exact_ids = True  # False once the server answered with text only
         self._history: dict[object, list[int]] = {}
         self._limit = asyncio.Semaphore(max_concurrency)
+        self.timeout_s = timeout_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._http: aiohttp.ClientSession | None = None
         self._described = False
@@ -144,7 +145,19 @@ class OpenAIEngine:
         stop: StopFn | None = None,
         seed: int | None = None,
     ) -> GenOutput:
+        try:  # a server that stops answering fails the sample after timeout_s, not never
+            return await self._generate(key, feed_ids, max_new_tokens, temperature, stop, seed)
+        except TimeoutError:
+            raise TimeoutError(
+                f"{self.base_url} did not answer within {self.timeout_s:g} s (the engine's"
+                " timeout_s)"
+            ) from None
+
+    async def _generate(self, key, feed_ids, max_new_tokens, temperature, stop, seed) -> GenOutput:
         history = self._history.setdefault(key, [])
+        if not history:  # the key's prompt: one that cannot fit is a failed sample
+            await self._session()  # learns max_model_len from /v1/models
+            check_prompt_fits(len(feed_ids), self.max_model_len)
         history.extend(feed_ids)
 
         async def complete(ids, max_tokens, stops, request_seed):

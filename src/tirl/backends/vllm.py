@@ -40,7 +40,7 @@ import itertools
 import os
 from typing import Any
 
-from tirl.backends.engine import GenOutput, StopFn, WeightPushError
+from tirl.backends.engine import GenOutput, StopFn, WeightPushError, check_prompt_fits
 from tirl.backends.server_stops import RequestSeeds, generate_with_server_stops
 
 INSTALL_HINT = (
@@ -298,6 +298,8 @@ class VLLMEngine:
         seed: int | None = None,
     ) -> GenOutput:
         history = self._history.setdefault(key, [])
+        if not history:  # the key's prompt: one that cannot fit is a failed sample
+            check_prompt_fits(len(feed_ids), self.max_model_len)
         history.extend(feed_ids)
 
         async def complete(ids, max_tokens, stops, request_seed):

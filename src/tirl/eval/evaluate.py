@@ -40,6 +40,11 @@ def is_failed(traj: Trajectory) -> bool:
     return traj.finish_reason in FAILED_FINISH
 
 
+def first_failure(trajs: Sequence[Trajectory]) -> str:
+    """What went wrong in the first failed trajectory ("" when none failed)."""
+    return next((t.meta.get("error") or t.finish_reason for t in trajs if is_failed(t)), "")
+
+
 def check_failed_share(
     failed: int, total: int, max_share: float, where: str, rerun: str, error: str = ""
 ) -> None:

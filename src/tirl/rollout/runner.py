@@ -36,7 +36,8 @@ sampled, in `trajectory.meta["policy_versions"]` (one entry per segment, None fo
 tool segments); `token_policy_versions(traj)` expands it to one version per id.
 
 Failure isolation: an exception inside one trajectory (a dead engine replica, a sandbox that
-cannot start a session) ends that trajectory with finish_reason "error" and
+cannot start a session, a prompt longer than the model's context) ends that trajectory with
+finish_reason "error" and
 `meta["error"]`; `Rollout.cancel(rollout_id)` ends one with finish_reason "cancelled". Either
 way the others go on. A session whose process dies mid-cell answers Status.KILLED, which the
 model sees as tool output like any other failure (ToolCall.status "killed"). An asyncio
@@ -54,6 +55,7 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
+from tirl.backends.engine import PromptTooLongError
 from tirl.protocol.fences import CIR_FENCES, Protocol
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 from tirl.protocol.tokens import encode_literal
@@ -316,6 +318,12 @@ class Rollout:
                 raise
             traj.finish_reason = "cancelled"
             traj.meta["error"] = run.cancel_reason
+        except PromptTooLongError as exc:
+            if traj.num_model_tokens:  # a resumed history that fills the context: truncated
+                traj.finish_reason = "length"
+            else:  # the prompt itself: the sample could not run, a failure
+                traj.finish_reason = "error"
+                traj.meta["error"] = f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # one trajectory's failure never takes the others down
             traj.finish_reason = "error"
             traj.meta["error"] = f"{type(exc).__name__}: {exc}"

@@ -105,12 +105,14 @@ FAR_CORPUS_SOURCES = ("arithmetic",)
 class Evaluation:
     """What the pipeline needs from `tirl.eval`, handed in by the caller (train never imports
     eval). `evaluate_policy(rollout, tasks, settings, prompt_ids, samples_per_item, temperature,
-    label)` -> (metrics, greedy trajectories); `check_failed_share(failed, total, max_share,
+    label)` -> (metrics, greedy trajectories); `first_failure(trajectories)` -> what went wrong
+    in the first failed one; `check_failed_share(failed, total, max_share,
     where, rerun)` raises when too many samples failed; `write_report(run_dir, eval_results=,
     metrics_path=, samples=, config=, tokenizer=, title=)`; `summary_table(results)` -> text."""
 
     evaluate_policy: Callable[..., Awaitable[tuple[dict, list[Trajectory]]]]
     check_failed_share: Callable[..., None]
+    first_failure: Callable[[list[Trajectory]], str]
     write_report: Callable[..., Any]
     summary_table: Callable[[dict], str]
 
@@ -469,6 +471,7 @@ class Pipeline:
                     cfg.eval.max_failed_share,
                     label,
                     "rerun with --resume to evaluate again",
+                    self.evaluation.first_failure(trajs),
                 )
                 done.setdefault(variant, {}).setdefault(phase, {})[name] = metrics
                 write_text(progress, json.dumps(done, indent=2))
