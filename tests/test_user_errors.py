@@ -352,6 +352,14 @@ def test_an_output_path_that_cannot_be_written_is_refused_in_one_line(
 # ------------------------------------------------------------------ what used to be tracebacks
 
 
+# A synth run with no teacher stage, so that it reaches its input.
+NO_TEACHER = [
+    "stages.codeify=false",
+    "stages.self_correct=false",
+    "stages.feedback_alignment=false",
+]
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
@@ -385,12 +393,35 @@ def test_an_output_path_that_cannot_be_written_is_refused_in_one_line(
         (["envs", "check", "-n", "0"], "argument -n"),
         (["view", "{d}/binary.jsonl"], "not a text file"),
         (["view", "{d}/bad.json"], "not a trajectory"),
+        # issue 28: each of these was a traceback or was silently accepted
+        (["config", "data.train[0].kinds=[]"], "kinds must be a non-empty subset"),
+        (["envs", "build", "--out", "{d}/t.jsonl", "--mix", "sequential=nan"], "finite number"),
+        (["envs", "build", "--out", "{d}/t.jsonl", "--mix", "sequential=inf"], "finite number"),
+        (
+            ["synth", "run", "--input", "{d}/binary.jsonl", "--out", "{d}/s", *NO_TEACHER],
+            "not UTF-8 text",
+        ),
+        (
+            ["synth", "run", "--input", "{d}/empty.jsonl", "--out", "{d}/s", *NO_TEACHER],
+            "holds no records",
+        ),
+        (["serve", "{d}/empty-model", "--host", "[::1]"], "without brackets"),
+        (["serve", "{d}/empty-model", "--host", "127.0.0.1 "], "not an address or host name"),
+        (["sandbox", "serve", "--host", "[::1]"], "without brackets"),
+        (["eval", "{d}/no-model", "--out", "{d}/o"], "only for --benchmark runs"),
+        (["eval", "{d}/no-model", "--tokenizer", "{d}/nope"], "--tokenizer is for a server URL"),
+        (["verl", "config", "{d}/verl.yaml", "model.name_or_path={d}/nope"], "no such folder"),
+        (["config", "{d}/dup.yaml"], "the key 'lr' appears twice"),
+        (["train", "rl.clip_high=0.1"], "rl.clip_high (0.1) must be at least rl.clip_low"),
     ],
 )
 def test_a_user_error_is_one_line_not_a_traceback(argv, words, workdir, capsys):
     (workdir / "empty-model").mkdir()
     (workdir / "binary.jsonl").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
     (workdir / "bad.json").write_text("{not json")
+    (workdir / "empty.jsonl").write_text("")
+    (workdir / "dup.yaml").write_text("rl:\n  lr: 0.1\n  lr: 0.2\n")
+    (workdir / "verl.yaml").write_text("variants: [code]\n")
     before = _tree(workdir)
     code, out, err = _run([a.format(d=workdir) for a in argv], capsys)
     _assert_refused(code, out, err, words, workdir, before)
@@ -439,5 +470,6 @@ def test_a_device_this_machine_lacks_is_one_line(workdir, capsys):
     before = _tree(workdir)
     code, out, err = _run(["train", "rl.bf16=true"], capsys)
     _assert_refused(code, out, err, "rl.bf16", workdir, before)
-    code, out, err = _run(["train", "device=cuda"], capsys)
-    _assert_refused(code, out, err, "device 'cuda' is not available", workdir, before)
+    for command in ("train", "config"):  # `tirl config` refuses it as `train` would
+        code, out, err = _run([command, "device=cuda"], capsys)
+        _assert_refused(code, out, err, "device 'cuda' is not available", workdir, before)

@@ -8,6 +8,7 @@ import contextlib
 import errno
 import json
 import os
+import socket
 import sys
 from importlib import resources
 from pathlib import Path
@@ -15,6 +16,8 @@ from pathlib import Path
 from tirl.backends.engine import WeightPushError  # light: no torch
 from tirl.cliargs import (
     ArgumentParser,
+    bind_host,
+    check_model_source,
     input_path,
     number,
     output_dir,
@@ -133,6 +136,7 @@ def cmd_config(args: argparse.Namespace) -> int:
             _print_keys(fields)
         return 0
     cfg = _load_run_config(args.config, args.overrides)
+    require_device(cfg.device)  # as `tirl train` would: a config for a device this machine lacks
     if args.output:
         dump_yaml(cfg, args.output)
     else:
@@ -144,6 +148,28 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def _is_url(model: str) -> bool:
     return model.startswith(("http://", "https://"))
+
+
+# The flags of `tirl eval --benchmark` runs (argparse dest -> default): given without
+# --benchmark they would be ignored, so they are refused instead.
+BENCHMARK_FLAGS = {"k": 4, "temperature": 1.0, "max_tokens": 512, "limit": None,
+                   "out": "runs/eval", "data_dir": None}  # fmt: skip
+
+
+def _check_eval_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that the chosen evaluation would ignore; fill the benchmark defaults."""
+    if args.tokenizer is not None and not _is_url(args.model):
+        raise ConfigError("--tokenizer is for a server URL; a model folder has its own tokenizer")
+    given = [name for name in BENCHMARK_FLAGS if getattr(args, name) is not None]
+    if given and not args.benchmark:
+        flags = ", ".join("-k" if n == "k" else "--" + n.replace("_", "-") for n in given)
+        raise ConfigError(
+            f"{flags}: only for --benchmark runs; without --benchmark, tirl eval evaluates the"
+            " config's data.eval sets (set eval.* keys instead)"
+        )
+    for name, default in BENCHMARK_FLAGS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
 
 
 def _eval_config(args: argparse.Namespace, cfg):
@@ -182,22 +208,6 @@ def _policy(args: argparse.Namespace, cfg):
     return model.to(cfg.device).eval(), tokenizer
 
 
-def check_model_source(name: str, what: str, need_weights: bool = True) -> None:
-    """A local model folder must exist and hold a saved model; anything else with at most one
-    '/' is taken for a hub name (loaded, or refused offline, by transformers)."""
-    path = Path(name)
-    local = path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
-    if not path.exists():
-        if local or not name.strip():
-            raise ConfigError(f"{what} {name!r}: no such folder (and not a hub name)")
-        return
-    if not path.is_dir():
-        raise ConfigError(f"{what} {name}: is a file; give the folder a model was saved in")
-    wanted = "config.json" if need_weights else "tokenizer_config.json"
-    if not (path / wanted).is_file():
-        raise ConfigError(f"{what} {name}: the folder holds no saved model (no {wanted})")
-
-
 @contextlib.asynccontextmanager
 async def _eval_rollout(cfg, model, tokenizer, eos_id: int):
     """The sandbox and engine of `tirl eval` (`tirl.train.runtime`), closed on leaving."""
@@ -217,6 +227,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    _check_eval_flags(args)
     cfg = _eval_config(args, _load_run_config(args.config, args.overrides))
     require_device(cfg.device)
     items = _benchmark_items(args) if args.benchmark else None  # before the model: fail fast
@@ -341,15 +352,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from tirl.backends.server import serve
 
     check_model_source(args.model, "model")
-    serve(
-        args.model,
-        args.host,
-        args.port,
-        args.max_batch,
-        api_key=key,
-        insecure_no_auth=args.insecure_no_auth,
-    )
+    with _listen_errors(args):
+        serve(
+            args.model,
+            args.host,
+            args.port,
+            args.max_batch,
+            api_key=key,
+            insecure_no_auth=args.insecure_no_auth,
+        )
     return 0
+
+
+@contextlib.contextmanager
+def _listen_errors(args: argparse.Namespace):
+    """A server that cannot listen where it was told: one line naming --host / --port."""
+    try:
+        yield
+    except socket.gaierror as e:
+        raise ConfigError(f"--host {args.host!r}: no such address here ({e.strerror})") from None
+    except OSError as e:
+        if e.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise
+        raise ConfigError(f"cannot listen on {args.host} port {args.port}: {e.strerror}") from None
 
 
 def _server_key(args: argparse.Namespace) -> str | None:
@@ -440,15 +465,16 @@ def cmd_sandbox_serve(args: argparse.Namespace) -> int:
     )
     limits = replace(shape.limits(), grace_s=args.grace_s, capture_chars=args.capture_chars)
     try:
-        serve(
-            Sandbox(limits, tuple(shape.preload), args.pool_size),
-            args.host,
-            args.port,
-            args.max_timeout_s,
-            args.idle_ttl_s,
-            api_key=key,
-            insecure_no_auth=args.insecure_no_auth,
-        )
+        with _listen_errors(args):
+            serve(
+                Sandbox(limits, tuple(shape.preload), args.pool_size),
+                args.host,
+                args.port,
+                args.max_timeout_s,
+                args.idle_ttl_s,
+                api_key=key,
+                insecure_no_auth=args.insecure_no_auth,
+            )
     except SandboxError as err:
         print(f"tirl: error: {err}", file=sys.stderr)
         return 1
@@ -569,19 +595,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-k",
         type=number(int, ">= 1"),
-        default=4,
         help="samples per item when sampling, >= 1 (default 4)",
     )
     p.add_argument(
         "--temperature",
         type=number(float, "[0, 100]"),
-        default=1.0,
         help="in [0, 100]; 0 decodes greedily (k = 1)",
     )
     p.add_argument(
         "--max-tokens",
         type=number(int, ">= 1"),
-        default=512,
         help="model tokens per trajectory, >= 1 (default 512)",
     )
     p.add_argument(
@@ -596,7 +619,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out",
         type=output_dir,
-        default="runs/eval",
         help="results folder; rerunning resumes from it (default runs/eval)",
     )
     p.set_defaults(func=cmd_eval)
@@ -629,7 +651,9 @@ def build_parser() -> argparse.ArgumentParser:
         " set, every request must carry 'Authorization: Bearer <key>'; without a key it only"
         " binds loopback.",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument(
+        "--host", type=bind_host, default="127.0.0.1", help="address to bind (default: 127.0.0.1)"
+    )
     _add_auth_args(p)
     p.add_argument(
         "--port",
@@ -706,7 +730,9 @@ def build_parser() -> argparse.ArgumentParser:
         " without a key it only binds loopback.",
     )
     p.add_argument("model", help="model folder or hub name")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument(
+        "--host", type=bind_host, default="127.0.0.1", help="address to bind (default 127.0.0.1)"
+    )
     _add_auth_args(p)
     p.add_argument(
         "--port",

@@ -17,11 +17,28 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
 from tirl.config import ConfigError, Range
+
+_HOST = re.compile(r"[A-Za-z0-9._:%-]+")
+
+
+def bind_host(text: str) -> str:
+    """An argparse `type=`: the address or host name a server binds (IPv6 without brackets)."""
+    if text.startswith("[") and text.endswith("]"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write an IPv6 address without brackets, e.g. {text[1:-1]}"
+        )
+    if not _HOST.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an address or host name (letters, digits, '.', ':', '-'; no"
+            " spaces)"
+        )
+    return text
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -134,3 +151,19 @@ def require_device(device: str) -> None:
     }[kind]()
     if not present:
         raise ConfigError(f"device {device!r} is not available on this machine (try device=cpu)")
+
+
+def check_model_source(name: str, what: str, need_weights: bool = True) -> None:
+    """A local model folder must exist and hold a saved model; anything else with at most one
+    '/' is taken for a hub name (loaded, or refused offline, by transformers)."""
+    path = Path(name)
+    local = path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
+    if not path.exists():
+        if local or not name.strip():
+            raise ConfigError(f"{what} {name!r}: no such folder (and not a hub name)")
+        return
+    if not path.is_dir():
+        raise ConfigError(f"{what} {name}: is a file; give the folder a model was saved in")
+    wanted = "config.json" if need_weights else "tokenizer_config.json"
+    if not (path / wanted).is_file():
+        raise ConfigError(f"{what} {name}: the folder holds no saved model (no {wanted})")

@@ -239,6 +239,22 @@ def _split_override(text: str) -> tuple[str, str]:
     return key, raw
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that names a key twice (PyYAML keeps the last
+    value silently, so a config's second `lr:` would win without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} appears twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
@@ -252,7 +268,7 @@ def _read_yaml(path: Path) -> dict:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise ConfigError(f"{_shown_path(path)}: cannot read the config file: {reason}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

@@ -10,6 +10,7 @@ JSONL or Parquet (one row per task; `OperatorTask.from_dict` reads a row back).
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -62,9 +63,12 @@ def parse_mixture(text: str) -> dict[str, float]:
         if not sep:
             raise ValueError(f"mixture entry {part!r} is not operator=weight")
         try:
-            mixture[name.strip()] = float(weight)
+            value = float(weight)
         except ValueError:
             raise ValueError(f"mixture weight {weight!r} of {name!r} is not a number") from None
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"mixture weight of {name!r} must be a finite number >= 0, got {weight!r}")
+        mixture[name.strip()] = value
     return mixture
 
 

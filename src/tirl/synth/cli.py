@@ -29,11 +29,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tirl.synth.client import RequestBudgetExceeded, TeacherError
     from tirl.synth.config import SynthConfig
     from tirl.synth.pipeline import run_pipeline
+    from tirl.synth.records import check_input_file
 
     path, overrides = _split(args)
     cfg = load_config(SynthConfig, path, overrides)
-    if not args.input.startswith("hf:") and not Path(args.input).is_file():
-        raise ConfigError(f"--input {args.input}: no such file")
+    if not args.input.startswith("hf:"):
+        if not Path(args.input).is_file():
+            raise ConfigError(f"--input {args.input}: no such file")
+        check_input_file(args.input)  # not UTF-8, or no record: one line, nothing written
     try:
         out = run_pipeline(cfg, args.input, args.out, args.resume, args.max_requests)
     except (TeacherError, RequestBudgetExceeded) as e:

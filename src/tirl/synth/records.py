@@ -109,13 +109,34 @@ def _rows(path: str, split: str) -> Iterator[tuple[str, Any]]:
             yield f"{p}:row {i}", row
         return
     with p.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
+        for i, line in _lines(f, p):
             if not line.strip():
                 continue
             try:
                 yield f"{p}:{i}", json.loads(line)
             except json.JSONDecodeError as e:
                 yield f"{p}:{i}", _BadRecord("bad JSON", f" ({e.msg} at column {e.colno})")
+
+
+def _lines(f, path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines of a text file; RecordError naming the line that is not UTF-8."""
+    i = 0
+    try:
+        for i, line in enumerate(f, 1):
+            yield i, line
+    except UnicodeDecodeError as e:
+        raise RecordError(f"{path}:{i + 1}: not UTF-8 text (byte {e.start} of a read block)") from None
+
+
+def check_input_file(path: str | Path) -> None:
+    """RecordError unless a JSONL input is UTF-8 text holding at least one record (a Parquet
+    file is read by pyarrow): checked before a run writes anything."""
+    p = Path(path)
+    if p.suffix == ".parquet":
+        return
+    with p.open(encoding="utf-8") as f:
+        if not any(line.strip() for _, line in _lines(f, p)):
+            raise RecordError(f"{p}: holds no records (the file is empty)")
 
 
 def _text(row: dict, name: str) -> str:

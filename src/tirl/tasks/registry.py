@@ -58,7 +58,12 @@ def make_source(entry: Mapping[str, Any], where: str = "source", seed: int = 0) 
     params = {k: v for k, v in entry.items() if k not in ("source", "weight")}
     if "seed" in {f.name for f in dataclasses.fields(cls)} and "seed" not in params:
         params["seed"] = seed
-    return from_dict(cls, params, where)
+    try:
+        return from_dict(cls, params, where)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:  # the source's own check of its parameters
+        raise ConfigError(f"{where}: {e}", where) from None
 
 
 def entry_weight(entry: Mapping[str, Any], where: str) -> float:

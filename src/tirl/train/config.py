@@ -510,6 +510,12 @@ class RLConfig:
             raise ConfigError(
                 f"rl.overlong_buffer must be in [0, rl.max_model_tokens), got {self.overlong_buffer}"
             )
+        if self.clip_high < self.clip_low:
+            raise ConfigError(
+                f"rl.clip_high ({self.clip_high}) must be at least rl.clip_low ({self.clip_low}):"
+                " clip-higher widens the upper bound, never narrows it below the lower",
+                "rl.clip_high",
+            )
         if not self.budget_schedule:
             raise ConfigError("rl.budget_schedule needs at least one [fraction, budget] pair")
         for pair in self.budget_schedule:

@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tirl.cliargs import check_model_source
 from tirl.config import ConfigError, load_config
 from tirl.integrations.verl import AGENT_LOOP_NAME
 from tirl.integrations.verl.config_table import (
@@ -108,6 +109,7 @@ def check_expressible(cfg: RunConfig) -> None:
             "verl trains a saved model: set a model folder or hub name (tirl's tiny model made"
             " from scratch exists only in tirl's own trainer)",
         )
+    check_model_source(cfg.model.name_or_path, "model.name_or_path")
     if rl.steps == 0:
         raise _refusal("rl.steps", "is 0: a verl RL launch needs at least one step")
     if len(cfg.variants) != 1:
