@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from tiny_run import (
     error_lines,
     every_step_once,
+    run,
     start,
     temporaries,
     train_cmd,
@@ -108,6 +110,33 @@ def test_a_fresh_run_removes_only_the_entries_tirl_writes(tmp_path):
     with run_folder(tmp_path, "r", resume=False):
         left = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
     assert left == sorted([LOCK_NAME, "code", *user])  # text/ was emptied, so it went too
+
+
+def test_a_run_never_writes_through_a_link_planted_in_its_folder(tmp_path):
+    """`runs/r/code -> ../../elsewhere` would put the models elsewhere: a fresh run removes
+    the link (not what it points to) and a real run writes inside its folder; a resume refuses
+    the link in one line."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "sft").mkdir(parents=True)
+    (elsewhere / "sft" / "precious").write_text("keep")
+    out = tmp_path / "runs"
+    done = run(train_cmd(out, "r", "rl.steps=0"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    code = out / "r" / "code"
+    shutil.rmtree(code)
+    code.symlink_to(elsewhere)
+    done = run(train_cmd(out, "r", "rl.steps=0"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not code.is_symlink() and (code / "sft" / "config.json").is_file()
+    assert sorted(p.name for p in elsewhere.rglob("*")) == ["precious", "sft"]  # untouched
+
+    shutil.rmtree(code)
+    code.symlink_to(elsewhere)
+    done = run(train_cmd(out, "r", "rl.steps=0", "--resume"))
+    line = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in line, done.stderr[-2000:]
+    assert "is a symbolic link" in line and "cannot resume" in line
+    assert sorted(p.name for p in elsewhere.rglob("*")) == ["precious", "sft"]
 
 
 def test_a_lock_names_its_holder_and_is_gone_when_the_holder_is_killed(tmp_path):

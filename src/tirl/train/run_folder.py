@@ -12,6 +12,9 @@ Rules:
   did not make (no `.tirl.lock`) or that another tirl command made (an eval folder, an
   ablation) is refused, not cleared.
 - `--resume` needs the folder; it removes nothing.
+- Links: tirl never writes through a symbolic link out of its run folder. A fresh run removes a
+  link standing where it writes (`code -> ../../elsewhere`: the link, not what it points to);
+  `--resume` refuses one, in one line.
 - A second process on a locked folder is refused in one line naming the holder
   (`tirl.files.FolderInUse`, a `ConfigError`: `tirl.cli.main` prints it, exit code 2). The lock
   lasts as long as the process; the kernel drops it when the process dies, even by kill -9.
@@ -96,6 +99,28 @@ def _matches(folder: Path, parts: list[str]) -> Iterator[Path]:
             yield entry
 
 
+def entry_links(folder: Path, entries: Sequence[str]) -> list[Path]:
+    """Symbolic links under `folder` where tirl writes (an entry, or a container of one, such
+    as `code`): a run writing through one would write outside its folder."""
+    found = []
+
+    def walk(where: Path, parts: list[str]) -> None:
+        if not parts or not where.is_dir():
+            return
+        head = re.compile(rf"(?:{parts[0]})|\.(?:{parts[0]})\.(?:tmp|old)")
+        for entry in sorted(where.iterdir()):
+            if not head.fullmatch(entry.name):
+                continue
+            if entry.is_symlink():
+                found.append(entry)
+            else:
+                walk(entry, parts[1:])
+
+    for pattern in entries:
+        walk(folder, pattern.split("/"))
+    return found
+
+
 def clear_entries(folder: Path, entries: Sequence[str]) -> list[Path]:
     """Remove the entries of `folder` that match `entries` (see `RUN_ENTRIES`); a container
     left empty goes too. Returns what was removed."""
@@ -147,12 +172,25 @@ def claim_folder(
         if not folder.is_dir():
             raise ConfigError(f"cannot resume {folder}: no such folder (no run started there)")
         with lock_folder(folder, kind) as lock:
+            check_no_links(folder, entries)
             yield lock
         return
     check_fresh(folder, kind)
     with lock_folder(folder, kind) as lock:
+        for link in entry_links(folder, entries):  # the link goes, never what it points to
+            link.unlink()
         clear_entries(folder, entries)
         yield lock
+
+
+def check_no_links(folder: Path, entries: Sequence[str]) -> None:
+    """A resumed run writes into what is there: refuse links where it would write."""
+    links = entry_links(folder, entries)
+    if links:
+        raise ConfigError(
+            f"cannot resume {folder}: {links[0]} is a symbolic link, and tirl does not write"
+            " through links out of its run folder; replace it with a folder"
+        )
 
 
 @contextmanager
