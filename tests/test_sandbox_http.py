@@ -383,7 +383,7 @@ def test_sigterm_shuts_down_cleanly_and_leaves_no_process(tmp_path):
             processes = _descendants(srv.pid)
             srv.proc.send_signal(signal.SIGTERM)
             r = await asyncio.wait_for(cell, NO_HANG_S)
-            assert r.status is Status.KILLED
+            assert r.status is Status.TIMEOUT  # it ran to its own limit and was answered
         return processes
 
     srv = start_server(tmp_path)
@@ -403,3 +403,32 @@ def test_bad_flag_values_are_one_line_errors(capsys):
         assert cli_main(["sandbox", "serve", *flags]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and flags[0] in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("channel", [True, False], ids=["channel", "rest"])
+def test_sigterm_answers_the_running_cells_before_the_server_exits(tmp_path, channel):
+    """A cell running when the server gets SIGTERM finishes and its client gets the result;
+    a request that arrives meanwhile is refused (503), and the server then exits cleanly."""
+
+    async def main(srv: Server):
+        async with HTTPSandbox(srv.url, channel=channel) as sandbox:
+            session = await sandbox.session()
+            running = asyncio.create_task(
+                session.run("import time\ntime.sleep(1.5)\nprint('finished')", timeout_s=2.0)
+            )
+            await asyncio.sleep(0.5)  # the cell is running
+            srv.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            async with aiohttp.ClientSession(trust_env=False) as http:
+                async with http.post(f"{srv.url}/v1/run", json={"code": "print(1)"}) as r:
+                    refused = r.status, (await r.json())["error"]
+            return await running, refused
+
+    srv = start_server(tmp_path / "server")
+    try:
+        result, refused = run(main(srv))
+        assert result.status is Status.OK and result.stdout == "finished\n", result
+        assert refused == (503, "the sandbox server is shutting down")
+        assert srv.proc.wait(NO_HANG_S) == 0
+    finally:
+        stop_server(srv)

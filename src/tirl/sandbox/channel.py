@@ -145,6 +145,7 @@ class ChannelServer(Protocol):
 
     channels: set[ServerChannel]
 
+    async def operation(self, op: Any, *args: Any) -> Reply: ...
     async def op_open(self, owner: object | None = None) -> Reply: ...
     async def op_run(self, sid: str, body: Any, owner: object | None = None) -> Reply: ...
     async def op_fork(self, sid: str, owner: object | None = None) -> Reply: ...
@@ -208,15 +209,15 @@ async def _answer(server: ChannelServer, channel: ServerChannel, text: str) -> N
             raise BadRequest(f"the request exceeds {MAX_REQUEST_BYTES} bytes", 413)
         op = msg.get("op")
         if op == "run":
-            reply = await server.op_run(_session_field(msg), msg, channel)
+            reply = await server.operation(server.op_run, _session_field(msg), msg, channel)
         elif op == "open":
-            reply = await server.op_open(channel)
+            reply = await server.operation(server.op_open, channel)
         elif op == "close":
-            reply = await server.op_close(_session_field(msg), channel)
+            reply = await server.operation(server.op_close, _session_field(msg), channel)
         elif op == "fork":
-            reply = await server.op_fork(_session_field(msg), channel)
+            reply = await server.operation(server.op_fork, _session_field(msg), channel)
         elif op == "run_once":
-            reply = await server.op_run_once(msg)
+            reply = await server.operation(server.op_run_once, msg)
         else:
             raise BadRequest(f"field 'op' must be one of {', '.join(OPS)}; got {json.dumps(op)}")
     except BadRequest as e:

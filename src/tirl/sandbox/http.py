@@ -145,6 +145,10 @@ class SandboxServer:
         self._sessions: dict[str, _Entry] = {}
         self._reaper: asyncio.Task | None = None
         self.channels: set[Any] = set()  # open channels (tirl.sandbox.channel), for shutdown
+        self.draining = False  # SIGTERM: new operations are refused, running ones finish
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -172,8 +176,9 @@ class SandboxServer:
         self._reaper = asyncio.get_running_loop().create_task(self._reap_idle())
 
     async def _on_shutdown(self, app: web.Application) -> None:
-        """Closing the sandbox first makes every in-flight cell return KILLED at once, so the
-        requests waiting on them finish before the shutdown timeout."""
+        """After `drain` (`serve` awaits it on SIGTERM): closing the sandbox first makes any
+        cell still running return KILLED at once, so the requests waiting on them finish
+        before the shutdown timeout."""
         if self._reaper is not None:
             self._reaper.cancel()
         self._sessions.clear()
@@ -183,7 +188,30 @@ class SandboxServer:
     # -- the operations, shared by the REST routes and the channel (tirl.sandbox.channel) ------
     # Each returns (HTTP status, JSON body, whether the session is alive or None). `owner` is
     # the channel a session belongs to (None: the REST routes); a session is found only by its
-    # owner, so no client reaches the sessions another channel opened.
+    # owner, so no client reaches the sessions another channel opened. `operation` runs one,
+    # counted, so that a shutdown can let the running ones finish (`drain`).
+
+    async def operation(self, op: Any, *args: Any) -> Reply:
+        if self.draining:
+            return 503, {"error": "the sandbox server is shutting down"}, None
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            return await op(*args)
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new operations and wait until the running ones (cells among them) have
+        answered, at most `timeout_s`; True if they all did."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     async def op_open(self, owner: object | None = None) -> Reply:
         try:
@@ -264,11 +292,15 @@ class SandboxServer:
                 body = await _json_body(request)
             except BadRequest as e:
                 return _json_error(400, str(e))
-            reply = await (self.op_run(sid, body) if op == "run" else self.op_run_once(body))
+            if op == "run":
+                reply = await self.operation(self.op_run, sid, body)
+            else:
+                reply = await self.operation(self.op_run_once, body)
         elif op == "open":
-            reply = await self.op_open()
+            reply = await self.operation(self.op_open)
         else:
-            reply = await (self.op_fork(sid) if op == "fork" else self.op_close(sid))
+            call = self.op_fork if op == "fork" else self.op_close
+            reply = await self.operation(call, sid)
         status, body, alive = reply
         headers = None if alive is None else {ALIVE_HEADER: "1" if alive else "0"}
         return web.json_response(body, status=status, headers=headers)
@@ -439,7 +471,11 @@ async def _serve(server: SandboxServer, host: str, port: int) -> None:
             )
             print(f"tirl sandbox: warning: listening on {host} with {what}", file=sys.stderr)
         await stop.wait()
-        print("tirl sandbox: stopping", file=sys.stderr, flush=True)
+        # Cells already running finish and are answered (a cell is bounded by its timeout and
+        # grace); new requests are refused meanwhile. Then the sandbox and channels close.
+        limits = server.sandbox.limits
+        print("tirl sandbox: stopping (finishing the running cells)", file=sys.stderr, flush=True)
+        await server.drain(server.max_timeout_s + limits.grace_s + SHUTDOWN_TIMEOUT_S)
     finally:
         await runner.cleanup()  # stops listening, closes the sandbox (on_shutdown)
         await server.sandbox.close()  # in case startup failed half way
