@@ -25,6 +25,7 @@ import re
 from typing import Any, Literal
 
 from tirl.rewards._fast import fast_verdict, same_meaning
+from tirl.rewards._notation import from_code_notation
 
 _MAX_PRED_CHARS = 1000  # longer predictions are refused: no real answer is this long
 _MAX_DIGITS = 100_000  # an exact value needing more digits than this is refused (`_digits`)
@@ -73,15 +74,9 @@ _PLAIN_DECIMAL = re.compile(r"-?\d+\.\d+")
 _DECIMAL_COMMA = re.compile(r"(-?\d+),(\d{1,2}|\d{4,})")
 
 
-def _sole_box(s: str) -> str | None:
-    """The content of the one `\\boxed{}` in `s`, or None if `s` has none, several, or an open one.
-
-    A whole solution passed as the answer is judged by its box, and tirl's own guards (length,
-    units) look at the box, not at the prose: Math-Verify's cases had `\\boxed{90^\\circ}` at
-    the end of a text mentioning "the second line", which the units guard read as seconds.
-    Several boxes are left to math-verify (it reads them as one set of answers).
-    """
-    boxes = []
+def _box_spans(s: str) -> list[tuple[int, int] | None]:
+    """(start, end) of each `\\boxed{}`'s content in `s`, in order; None for one left open."""
+    spans: list[tuple[int, int] | None] = []
     pos = 0
     while (m := _BOX_OPEN.search(s, pos)) is not None:
         depth, i = 1, m.end()
@@ -93,11 +88,24 @@ def _sole_box(s: str) -> str | None:
             elif s[i] == "}":
                 depth -= 1
             i += 1
-        if depth:
-            return None
-        boxes.append(s[m.end() : i - 1])
+        spans.append(None if depth else (m.end(), i - 1))
         pos = i
-    return boxes[0] if len(boxes) == 1 else None
+    return spans
+
+
+def _sole_box(s: str) -> str | None:
+    """The content of the one `\\boxed{}` in `s`, or None if `s` has none, several, or an open one.
+
+    A whole solution passed as the answer is judged by its box, and tirl's own guards (length,
+    units) look at the box, not at the prose: Math-Verify's cases had `\\boxed{90^\\circ}` at
+    the end of a text mentioning "the second line", which the units guard read as seconds.
+    Several boxes are left to math-verify (it reads them as one set of answers).
+    """
+    spans = _box_spans(s)
+    if len(spans) != 1 or spans[0] is None:
+        return None
+    start, end = spans[0]
+    return s[start:end]
 
 
 def _prepare(s: str) -> str:
@@ -117,7 +125,7 @@ def _prepare(s: str) -> str:
         s = s.replace(" ", "")
     if m := _SCIENTIFIC.fullmatch(s):
         s = f"{m[1]}\\times 10^{{{int(m[2])}}}"
-    return s
+    return from_code_notation(s)  # `x**2`, `Rational(1, 3)`, `0.(3)`: what code prints
 
 
 def _canon_text(s: str) -> str:
@@ -411,6 +419,8 @@ def _string_steps(gold: str, prediction: str) -> tuple[str, str, tuple[bool, str
     All string work, shared by the "guarded" and "slow" modes (they are older than the fast
     path and define the reference it is tested against).
     """
+    if None in _box_spans(prediction):  # `\\boxed{2`: math-verify took the 2
+        return gold, prediction, (False, "guard: an unclosed \\boxed{} is not an answer")
     gold, pred = (
         _prepare(box if (box := _sole_box(s)) is not None else s) for s in (gold, prediction)
     )
