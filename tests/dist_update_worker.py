@@ -31,6 +31,7 @@ from tirl.train.distributed import (
     computes_in_bf16,
     fsdp_policy,
     init_from_env,
+    leave_process_group,
     shard_model,
 )
 from tirl.train.rl import RLTrainer
@@ -168,7 +169,7 @@ def main(argv: list[str]) -> None:
     if ctx is None or ctx.is_main:
         torch.save({"params": params, "metrics": metrics, **result}, out_file)
     if ctx is not None:
-        torch.distributed.destroy_process_group()
+        leave_process_group()
 
 
 if __name__ == "__main__":

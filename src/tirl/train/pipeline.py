@@ -86,6 +86,7 @@ from tirl.train.distributed import (
     broadcast_weights,
     fsdp_policy,
     init_from_env,
+    leave_process_group,
     shard_model,
 )
 from tirl.train.metrics import MetricsLogger
@@ -553,8 +554,10 @@ def _run_in(
     pipeline = Pipeline(cfg, run_dir, evaluation, resume=resume, dist=dist)
     results = asyncio.run(pipeline.run())  # {variant: {phase: {eval set: metrics}}}
     wall_s = time.perf_counter() - start
+    samples, tokenizer = pipeline.samples, pipeline.tokenizer
     if dist is not None:
-        torch.distributed.destroy_process_group()
+        del pipeline  # its models hold the group (see leave_process_group)
+        leave_process_group()
         if not dist.is_main:
             return run_dir, {"wall_s": wall_s}
     write_text(run_dir / "eval.json", json.dumps({**results, "wall_s": wall_s}, indent=2))
@@ -562,9 +565,9 @@ def _run_in(
         run_dir,
         eval_results=results,
         metrics_path=run_dir / "metrics.jsonl",
-        samples=pipeline.samples,
+        samples=samples,
         config=to_dict(cfg),
-        tokenizer=pipeline.tokenizer,
+        tokenizer=tokenizer,
         title=f"tirl train: {cfg.name}",
     )
     print(evaluation.summary_table(results))
