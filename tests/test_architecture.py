@@ -33,6 +33,7 @@ BASE = {
     "tirl.httpauth",
     "tirl.models",
     "tirl.registry",
+    "tirl.cpu",
 }
 # Modules that count as the command line (nothing may import them).
 CLI_MODULES = {"tirl.cli"}

@@ -52,6 +52,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from tirl.backends.engine import GenOutput, StopFn, check_prompt_fits
 from tirl.backends.kv_slots import SlotRows, supports
+from tirl.cpu import pace
 
 __all__ = ["GenOutput", "HFEngine", "StopFn"]  # GenOutput, StopFn: tirl.backends.engine
 
@@ -350,6 +351,7 @@ class HFEngine:
     @torch.no_grad()
     def _step(self, batch: list[_Request]) -> list[tuple[int, float]]:
         """One step over every active sequence; returns (token, logprob) each."""
+        pace()  # on the engine's own thread: torch's thread count is per thread (tirl.cpu)
         self.steps += 1
         self.rows_stepped += len(batch)
         keys = [req.key for req in batch]

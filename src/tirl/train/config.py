@@ -627,7 +627,13 @@ class RunConfig:
         factory=lambda: ["code", "text"], doc="code-integrated and/or text-only runs"
     )
     device: str = setting("cpu", doc="torch device: cpu, cuda, cuda:N, mps", check=_device_problem)
-    threads: int = setting(0, "[0, 4096]", "torch intra-op threads; 0 leaves torch's default")
+    threads: int = setting(
+        0,
+        "[0, 4096]",
+        "torch intra-op threads; 0 = the cores other processes leave free, re-chosen between"
+        " steps (tirl.cpu: beside a busy neighbour torch's one thread per core ran 3-5x slower,"
+        " this ~1.7-2.4x); N fixes N (arithmetic independent of the machine's load)",
+    )
     rollout_batch: int = setting(128, ">= 1", "sequences decoded together (hf engine)")
     protocol: str = setting(
         "cir_fences",

@@ -59,6 +59,7 @@ from transformers.utils import logging as hf_logging
 
 from tirl.backends.engine import close_engine
 from tirl.config import ConfigError, dump_yaml, load_config, to_dict
+from tirl.cpu import configure_threads
 from tirl.files import check_plain_name, read_jsonl, replacing, write_text
 from tirl.models.tiny import (
     TinyModelSpec,
@@ -510,10 +511,10 @@ def _flat(data: dict, prefix: str = "") -> dict:
 
 
 def quiet_transformers(cfg: RunConfig) -> None:
+    """Quiet transformers' logs, and set torch's threads (`threads`; `tirl.cpu`)."""
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    if cfg.threads > 0:
-        torch.set_num_threads(cfg.threads)
+    configure_threads(cfg.threads)
 
 
 def run_training(

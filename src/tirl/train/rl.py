@@ -73,6 +73,7 @@ from tqdm.auto import tqdm
 from tirl.algos.mismatch import mismatch_metrics, truncated_is_weights
 from tirl.algos.overlong import overlong_penalty
 from tirl.config import ConfigError
+from tirl.cpu import pace
 from tirl.protocol import Protocol, get_protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rewards.reward import make_reward
@@ -475,6 +476,7 @@ class RLTrainer:
         per_update: list[dict] = []
         order = torch.randperm(len(trajs))
         for rows in order.chunk(cfg.updates_per_step):
+            pace()  # torch's threads follow the free cores (tirl.cpu)
             self.optimizer.zero_grad(set_to_none=True)
             m = minibatch_loss_backward(
                 self.model, batch, rows.to(self.device), old_logprobs, token_adv,

@@ -14,6 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from tirl.algos.losses import agg_loss
+from tirl.cpu import pace
 from tirl.protocol.segments import Trajectory
 from tirl.train.batch import collate, token_logprobs
 from tirl.train.config import SFTConfig
@@ -120,6 +121,7 @@ def train_sft(
         lengths, cfg.batch_size, cfg.steps, cfg.length_window, generator
     )
     for step, rows in zip(bar, batches):
+        pace()  # torch's threads follow the free cores (tirl.cpu)
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         loss_value, pad_share = sft_backward(
