@@ -47,6 +47,7 @@ BELOW_PIPELINES = {
     "rollout",
     "rewards",
     "tasks",
+    "tools",
 }
 PACKAGES = BELOW_PIPELINES | {"train", "eval", "synth", "integrations", "cli"}
 
@@ -57,11 +58,12 @@ ALLOWED: dict[str, set[str]] = {
     "algos": {"protocol"},
     "envs": {"protocol"},
     "backends": {"protocol"},
-    "rollout": {"backends", "protocol", "sandbox"},
+    "tools": {"protocol", "sandbox"},
+    "rollout": {"backends", "protocol", "sandbox", "tools"},
     "rewards": {"protocol", "envs"},
     # tasks -> sandbox: demonstrations run their code and show its output through the one
     # formatter (DESIGN invariant 4); sandbox imports nothing above it, so no cycle.
-    "tasks": {"envs", "rewards", "protocol", "sandbox"},
+    "tasks": {"envs", "rewards", "protocol", "sandbox", "tools"},
     "train": set(BELOW_PIPELINES),
     "eval": set(BELOW_PIPELINES),
     "synth": set(BELOW_PIPELINES),

@@ -154,6 +154,8 @@ def test_tool_stats_one_ok_one_error():
         "last_ok": False,  # the last *executed* call errored
         "model_tokens": 7,
         "tool_tokens": 5,
+        "num_disabled": 0,
+        "by_tool": {"python": {"num_calls": 2, "num_ok": 1, "num_error": 1}},
     }
 
 

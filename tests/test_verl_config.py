@@ -130,6 +130,7 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("threads", 3, []),
     ("rollout_batch", 5, []),
     ("protocol", "agentmath_tags", []),
+    ("tools", ["python", "shell"], []),
     ("log_tensorboard", True, []),
     ("log_wandb", True, []),
     ("data.train", [{"source": "arithmetic", "digits": 2}], []),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tirl.protocol.fences import CIR_FENCES, Boundary, Protocol
+from tirl.protocol.fences import CIR_FENCES, DEFAULT_TOOL, Boundary, Protocol, ToolBlock
 from tirl.protocol.tags import AGENTMATH_TAGS
 from tirl.registry import Registry
 
@@ -16,4 +16,13 @@ def get_protocol(name: str, boundary: Boundary | str = Boundary.EXACT_MATCH) -> 
     return PROTOCOLS.get_entry(name).with_boundary(boundary)
 
 
-__all__ = ["AGENTMATH_TAGS", "CIR_FENCES", "PROTOCOLS", "Boundary", "Protocol", "get_protocol"]
+__all__ = [
+    "AGENTMATH_TAGS",
+    "CIR_FENCES",
+    "DEFAULT_TOOL",
+    "PROTOCOLS",
+    "Boundary",
+    "Protocol",
+    "ToolBlock",
+    "get_protocol",
+]

@@ -20,6 +20,13 @@ CIR's fences (`CIR_FENCES`, defined here) are the default; AgentMath's tags are 
 and in stop-token mode the model itself writes the ```` \\n```output ```` marker, so the tool
 segment starts after it; the text is the same, only the split between model and tool moves.
 
+Tools: a protocol detects the blocks of one or more tools (`blocks`, one `ToolBlock` each:
+the tool's name and its opening and closing markers). Without `blocks` it has the one Python
+block (`code_open` / `code_close`), as before tools existed; `tirl.tools.toolset_protocol` gives
+the blocks of the run's tools (```` ```bash ```` for the shell tool), and of the registered tools
+the run did not enable (`ToolBlock.enabled` False: detected, then refused). Whatever tool a block is
+for, its answer is written in the same output block and is the same kind of tool segment.
+
 Only detection and rendering live here; driving a model and a sandbox is `tirl.rollout`.
 Not covered: markers written with other spacing than the protocol's (a block opened with
 ```` ```py ```` or ```` ``` python ```` is not code under exact match, by design).
@@ -32,6 +39,20 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
+
+DEFAULT_TOOL = "python"  # the tool a protocol's own code block is for
+
+
+@dataclass(frozen=True)
+class ToolBlock:
+    """How a block for tool `tool` is written: `open + code + close`. A block that is not
+    `enabled` is still detected (it ends the model's turn like any other), but it is answered
+    with one line instead of being run (`tirl.tools`)."""
+
+    tool: str
+    open: str
+    close: str
+    enabled: bool = True
 
 
 class Boundary(str, Enum):
@@ -57,10 +78,36 @@ class Protocol:
     output_open: str
     output_close: str
     boundary: Boundary = Boundary.EXACT_MATCH
+    blocks: tuple[ToolBlock, ...] = ()  # () = the one Python block, code_open + code_close
 
     def __post_init__(self) -> None:
         if not self.stop_marker:
             raise ValueError(f"protocol {self.name!r}: output_open has no stop marker")
+        names = [b.tool for b in self.blocks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"protocol {self.name!r}: a tool has two blocks ({names})")
+        opens = [b.open for b in self.tool_blocks]
+        for i, a in enumerate(opens):  # one opener inside another would make blocks ambiguous
+            if any(a in b or b in a for b in opens[i + 1 :]):
+                raise ValueError(f"protocol {self.name!r}: block openers overlap ({opens})")
+
+    @property
+    def tool_blocks(self) -> tuple[ToolBlock, ...]:
+        """The blocks this protocol detects: `blocks`, or the one Python block."""
+        return self.blocks or (ToolBlock(DEFAULT_TOOL, self.code_open, self.code_close),)
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(b.tool for b in self.tool_blocks)
+
+    @property
+    def enabled_tools(self) -> tuple[str, ...]:
+        """The tools whose blocks run (the others' blocks are detected and refused)."""
+        return tuple(b.tool for b in self.tool_blocks if b.enabled)
+
+    def with_blocks(self, blocks: tuple[ToolBlock, ...]) -> Protocol:
+        """The same protocol detecting `blocks` (the tools' blocks of a run)."""
+        return dataclasses.replace(self, blocks=tuple(blocks))
 
     @property
     def stop_marker(self) -> str:
@@ -71,36 +118,57 @@ class Protocol:
     def server_stop(self) -> tuple[str, ...]:
         """Strings a completions server should stop at; the boundary is then checked locally.
 
-        Exact match stops at the closing marker (CIR fences: "```", as `OpenAIEngine` does
-        today); stop-token mode at the stop marker, which a stop at "```" alone would run past.
+        Exact match stops at the closing markers (CIR fences: "```" for every tool, as
+        `OpenAIEngine` does today; tags: one per tool); stop-token mode at the stop marker,
+        which a stop at "```" alone would run past.
         """
         if self.boundary is Boundary.EXACT_MATCH:
-            return (self.code_close.strip(),)
+            return tuple(dict.fromkeys(b.close.strip() for b in self.tool_blocks))
         return (self.stop_marker,)
 
     def with_boundary(self, boundary: Boundary | str) -> Protocol:
         return dataclasses.replace(self, boundary=Boundary(boundary))
 
     @cached_property
-    def _block(self) -> re.Pattern[str]:
-        return re.compile(
-            re.escape(self.code_open) + "(.*?)" + re.escape(self.code_close), re.DOTALL
+    def _patterns(self) -> tuple[tuple[str, re.Pattern[str]], ...]:
+        return tuple(
+            (b.tool, re.compile(re.escape(b.open) + "(.*?)" + re.escape(b.close), re.DOTALL))
+            for b in self.tool_blocks
         )
 
-    def closed_block(self, text: str) -> str | None:
-        """The code of the block that `text` has just finished, or None.
+    def closed_call(self, text: str) -> tuple[str, str] | None:
+        """(tool, code) of the block that `text` has just finished, or None.
 
-        `text` is what the model generated since the last tool output. Exact match: the first
-        complete block. Stop token: the first complete block followed (after whitespace only)
-        by the stop marker; a closed block without it is never run.
+        `text` is what the model generated since the last tool output. Exact match: the
+        complete block that closed first (the earliest end; for one tool this is the first
+        block), so growing the text chunk by chunk finds the same block as reading it whole.
+        Stop token: the first-closed complete block followed (after whitespace only) by the
+        stop marker; a closed block without it is never run.
         """
-        if self.boundary is Boundary.EXACT_MATCH:
-            match = self._block.search(text)
-            return match.group(1) if match else None
-        for match in self._block.finditer(text):
-            if text[match.end() :].lstrip().startswith(self.stop_marker):
-                return match.group(1)
+        matches = sorted(
+            (
+                (m.end(), m.start(), tool, m.group(1))
+                for tool, p in self._patterns
+                for m in p.finditer(text)
+            ),
+        )
+        for end, _, tool, code in matches:
+            if self.boundary is Boundary.EXACT_MATCH:
+                return tool, code
+            if text[end:].lstrip().startswith(self.stop_marker):
+                return tool, code
         return None
+
+    def closed_block(self, text: str) -> str | None:
+        """The code of the block that `text` has just finished (any tool's), or None."""
+        call = self.closed_call(text)
+        return None if call is None else call[1]
+
+    def block_for(self, tool: str) -> ToolBlock:
+        for b in self.tool_blocks:
+            if b.tool == tool:
+                return b
+        raise KeyError(f"protocol {self.name!r} has no block for tool {tool!r}")
 
     def _marker_end(self) -> int:
         return self.output_open.index(self.stop_marker) + len(self.stop_marker)
@@ -111,9 +179,10 @@ class Protocol:
             return f"{self.output_open}{output}{self.output_close}"
         return f"{self.output_open[self._marker_end() :]}{output}{self.output_close}"
 
-    def render_code(self, code: str) -> str:
+    def render_code(self, code: str, tool: str = DEFAULT_TOOL) -> str:
         """A block as a demonstration writes it (with the stop marker in stop-token mode)."""
-        block = f"{self.code_open}{code}{self.code_close}"
+        b = self.block_for(tool)
+        block = f"{b.open}{code}{b.close}"
         if self.boundary is Boundary.EXACT_MATCH:
             return block
         return block + self.output_open[: self._marker_end()]

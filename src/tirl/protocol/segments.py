@@ -41,12 +41,19 @@ class Segment:
 
 @dataclass
 class ToolCall:
-    """One executed (or refused) code block and what came back."""
+    """One executed (or refused) code block and what came back.
+
+    `tool` is the registered tool the block was for (`tirl.tools`): "python" for the
+    protocol's own code block, and for records written before there were other tools.
+    """
 
     code: str
-    status: str  # a tirl.sandbox Status value, or "skipped" when the budget was spent
+    # a tirl.sandbox Status value; "skipped" when the budget was spent, "disabled" when the
+    # block is for a tool the run did not enable (neither one ran)
+    status: str
     output_text: str  # exactly the text shown to the model (before tokenization)
     duration_s: float = 0.0
+    tool: str = "python"
 
 
 @dataclass

@@ -1,5 +1,11 @@
 """Drive trajectories: generate -> detect a closed code block -> execute -> append -> go on.
 
+Tools: the rollout runs a closed block with the tool it is for (`tirl.tools`: which tool's
+block closed is what the protocol detects), so Python cells and shell scripts share the one
+session of the trajectory. A block for a tool the settings do not enable is not run: the model
+gets one line (`tirl.tools.disabled_message`, ToolCall.status "disabled"), and the block does
+not count against the tool budget.
+
 Every trajectory is its own asyncio task, so one that waits on the sandbox frees its place in
 the sampler's batch for the others (request-level scheduling, AgentMath §3). A trajectory
 keeps one stateful sandbox session for all its code blocks, opened at its first block.
@@ -59,10 +65,12 @@ from tirl.backends.engine import PromptTooLongError
 from tirl.protocol.fences import CIR_FENCES, Protocol
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 from tirl.protocol.tokens import encode_literal
-from tirl.sandbox import Sandbox, SessionBase, format_result
+from tirl.sandbox import Sandbox, SessionBase
 from tirl.sandbox.formatter import SHOWN_OUTPUT_CHARS
+from tirl.tools import TOOLS, ToolContext, disabled_message, toolset_protocol
 
 BUDGET_SPENT_MESSAGE = "Tool-call budget spent: this code was not run."
+NOT_RUN = ("skipped", "disabled")  # ToolCall statuses of blocks that were answered, not run
 VERSIONS_KEY = "policy_versions"  # meta key: one policy version per segment (None if not sampled)
 
 Prompt = str | Sequence[int]  # text, or the exact token ids (a chat template's)
@@ -90,6 +98,15 @@ class RolloutSettings:
     `segment_tokens` (L_seg) and `segment_tool_calls` (T_seg) are the per-segment budgets of
     partial rollouts (`Rollout.start` / `resume`): a segment ends after L_seg model tokens or
     after its T_seg-th code block's output is appended, whichever comes first. None: no limit.
+
+    `tools` are the enabled tools (`tirl.tools.TOOLS` names). The protocol detects exactly
+    its `tool_blocks` and runs its `enabled_tools`: a run builds it with
+    `tirl.tools.toolset_protocol(protocol, cfg.tools)`, which adds the blocks of the registered
+    tools that are not enabled (answered with one line, not run). `tools` None (the default)
+    takes the protocol's enabled tools, so the bare `CIR_FENCES` runs and detects
+    ```` ```python ```` only, as before tools existed; `tools` given and different from them
+    puts the protocol through `toolset_protocol` here. After construction `tools` is always
+    `protocol.enabled_tools`.
     """
 
     max_model_tokens: int = 96
@@ -101,8 +118,12 @@ class RolloutSettings:
     budget_spent_message: str = BUDGET_SPENT_MESSAGE
     segment_tokens: int | None = None
     segment_tool_calls: int | None = None
+    tools: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.tools is not None and tuple(self.tools) != self.protocol.enabled_tools:
+            object.__setattr__(self, "protocol", toolset_protocol(self.protocol, self.tools))
+        object.__setattr__(self, "tools", self.protocol.enabled_tools)
         for name in ("segment_tokens", "segment_tool_calls"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -379,8 +400,8 @@ class Rollout:
                     return True  # the segment budget ran out, not the trajectory's
                 traj.finish_reason = finish
                 return False
-            code = protocol.closed_block(self.decode(turn + ids))
-            call = await self._tool_call(run, code, settings)
+            tool, code = protocol.closed_call(self.decode(turn + ids))
+            call = await self._tool_call(run, tool, code, settings)
             traj.tool_calls.append(call)
             tool_text = protocol.render_output(call.output_text)
             run.feed = self.encode_tool_output(tool_text)
@@ -399,21 +420,28 @@ class Rollout:
             return settings.max_model_tokens
         return self.max_model_tokens_now()
 
-    async def _tool_call(self, run: _Run, code: str, settings: RolloutSettings) -> ToolCall:
-        executed = [c for c in run.traj.tool_calls if c.status != "skipped"]
+    async def _tool_call(
+        self, run: _Run, tool: str, code: str, settings: RolloutSettings
+    ) -> ToolCall:
+        """Run the block with its tool, or answer it with one line: the tool is not enabled
+        ("disabled"), or the budget of blocks that ran is spent ("skipped")."""
+        if tool not in settings.tools:
+            return ToolCall(code, "disabled", disabled_message(tool, settings.tools), tool=tool)
+        executed = [c for c in run.traj.tool_calls if c.status not in NOT_RUN]
         budget = settings.tool_budget if self.tool_budget_now is None else self.tool_budget_now()
         if len(executed) >= budget:
-            return ToolCall(code, "skipped", settings.budget_spent_message)
-        async with self._tool_slots:
+            return ToolCall(code, "skipped", settings.budget_spent_message, tool=tool)
+
+        async def session() -> SessionBase:  # opened at the first block that needs it
             if run.session is None:
+                if self.sandbox is None:
+                    raise RuntimeError(f"tool {tool!r} needs a sandbox; this Rollout has none")
                 run.session = await self.sandbox.session()
-            result = await run.session.run(code)
-        return ToolCall(
-            code,
-            result.status.value,
-            format_result(result, max_chars=settings.max_output_chars),
-            result.duration_s,
-        )
+            return run.session
+
+        async with self._tool_slots:
+            result = await TOOLS[tool].run(code, ToolContext(session, settings.max_output_chars))
+        return ToolCall(code, result.status, result.output, result.duration_s, tool)
 
     @staticmethod
     def _append(traj: Trajectory, segment: Segment, version: int | None) -> None:

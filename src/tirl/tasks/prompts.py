@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 from tirl.config import ConfigError
 from tirl.protocol import Boundary, Protocol, get_protocol
+from tirl.tools import tools_prompt
 
 PLAIN_TEMPLATE = "Problem: {problem}\nSolution:\n"
 
@@ -54,7 +55,9 @@ def default_system_prompt(protocol: Protocol) -> str:
     stop = ""
     if protocol.boundary is Boundary.STOP_TOKEN:
         stop = STOP_TOKEN_NOTE.format(marker=protocol.stop_marker)
-    return DEFAULT_SYSTEM_PROMPTS[protocol.name].format(stop=stop)
+    text = DEFAULT_SYSTEM_PROMPTS[protocol.name].format(stop=stop)
+    extra = tools_prompt(protocol, protocol.enabled_tools)  # tools beyond Python, if any
+    return f"{text} {extra}" if extra else text
 
 
 class PromptRenderer:

@@ -55,6 +55,12 @@ def _protocol_problem(name: str) -> str | None:
     return PROTOCOLS.problem(name)
 
 
+def _tools_problem(names: list[str]) -> str | None:
+    from tirl.tools import tools_problem  # the registry: no copied list of names here
+
+    return tools_problem(names)
+
+
 def eval_set_problem(entry: dict) -> str | None:
     """Why a data.eval entry's own keys are wrong, or None (its source is checked apart)."""
     name = entry.get("name")
@@ -640,6 +646,13 @@ class RunConfig:
         doc="how code is written and tool output shown (tirl.protocol): cir_fences (markdown"
         " fences) or agentmath_tags (<code>/<interpreter>); SFT, RL and eval all use it",
         check=_protocol_problem,
+    )
+    tools: list[str] = setting(
+        factory=lambda: ["python"],
+        doc="the tools the model may call (tirl.tools): python (```python / <code> blocks),"
+        " shell (```bash / <bash> blocks, run in the same sandbox session); a block for a"
+        " registered tool that is not listed is answered with one line and not run",
+        check=_tools_problem,
     )
     data: DataConfig = setting(factory=DataConfig, doc="task sources for training and eval")
     prompt: PromptConfig = setting(factory=PromptConfig, doc="how problems become prompts")

@@ -27,6 +27,7 @@ from tirl.rollout.engines import ENGINES, EngineSpec, make_engine
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox.api import SandboxClient
 from tirl.sandbox.config import make_sandbox
+from tirl.tools import toolset_protocol
 from tirl.train.config import RunConfig
 
 
@@ -36,8 +37,8 @@ def sandbox_for(cfg: RunConfig) -> SandboxClient:
 
 
 def run_protocol(cfg: RunConfig) -> Protocol:
-    """The protocol SFT, RL and evaluation all write and read code in."""
-    return get_protocol(cfg.protocol, cfg.rl.boundary)
+    """The protocol SFT, RL and evaluation all write and read code in, with the run's tools."""
+    return toolset_protocol(get_protocol(cfg.protocol, cfg.rl.boundary), cfg.tools)
 
 
 def rollout_settings(

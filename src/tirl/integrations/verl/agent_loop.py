@@ -136,6 +136,7 @@ from tirl.rollout.runner import Rollout  # noqa: E402
 from tirl.sandbox import SandboxClient  # noqa: E402
 from tirl.sandbox.config import SandboxConfig, make_sandbox  # noqa: E402
 from tirl.tasks.scoring import score_trajectory  # noqa: E402
+from tirl.tools import toolset_protocol  # noqa: E402
 from tirl.train.config import RunConfig  # noqa: E402
 from tirl.train.curriculum import budget_at  # noqa: E402
 from tirl.train.rl import configured_reward, is_truncated  # noqa: E402
@@ -260,7 +261,8 @@ def _setup_from(section_json: str) -> LoopSetup:
             f" (0 to {max(0, len(run.rl.stages) - 1)}), got {start_stage!r}",
             f"{TIRL_SECTION}.start_stage",
         )
-    protocol = get_protocol(run.protocol, run.rl.boundary)
+    # the run's tools: their blocks are detected, the enabled ones run (tirl.tools)
+    protocol = toolset_protocol(get_protocol(run.protocol, run.rl.boundary), run.tools)
     return LoopSetup(
         run=run,
         protocol=protocol,

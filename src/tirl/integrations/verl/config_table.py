@@ -89,6 +89,10 @@ MAPPING: dict[str, Row] = {
         " wrapper counts in the tool replies' bound",
         also=_RESPONSE_KEYS,
     ),
+    "tools": _loop(
+        "the tools whose blocks the loop's rollout detects and runs (tirl.tools), all in the"
+        " trajectory's one sandbox session"
+    ),
     "log_tensorboard": _verl("trainer.logger"),
     "log_wandb": _verl("trainer.logger"),
     # ---- data and prompts

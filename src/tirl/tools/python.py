@@ -1,0 +1,32 @@
+"""The Python tool: a block is a cell of the trajectory's stateful sandbox session.
+
+Its blocks are the protocol's own code block (```` ```python ```` in CIR's fences, `<code>` in
+AgentMath's tags), and its output is the sandbox's one formatter (`tirl.sandbox.format_result`):
+exactly what the rollout did before tools were an interface.
+"""
+
+from __future__ import annotations
+
+from tirl.protocol import Protocol, ToolBlock
+from tirl.sandbox import format_result
+from tirl.tools.base import Tool, ToolContext, ToolResult, register_tool
+
+
+@register_tool("python")
+class PythonTool(Tool):
+    prompt = (
+        "You can run Python: write code between {open} and {close}; it runs in one interpreter"
+        " that keeps its variables between blocks, and what it prints comes back."
+    )
+
+    def block(self, protocol: Protocol) -> ToolBlock:
+        return ToolBlock(self.name, protocol.code_open, protocol.code_close)
+
+    async def run(self, code: str, ctx: ToolContext) -> ToolResult:
+        session = await ctx.session()
+        result = await session.run(code)
+        return ToolResult(
+            result.status.value,
+            format_result(result, max_chars=ctx.max_output_chars),
+            result.duration_s,
+        )
