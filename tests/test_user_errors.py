@@ -238,6 +238,7 @@ REQUIRED = {
     ("config",): [],
     ("sandbox", "serve"): [],
     ("serve",): ["{d}/no-model"],
+    ("openenv-serve",): ["--source", "arithmetic"],
     ("view",): ["{d}"],
     ("envs", "list"): [],
     ("envs", "show"): ["lists.sort_ascending"],

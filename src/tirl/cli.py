@@ -27,6 +27,7 @@ from tirl.cliargs import (
 from tirl.config import ConfigError, describe, dump_yaml, load_config, to_dict
 from tirl.envs.cli import add_envs_parser
 from tirl.eval.evaluate import FailedSamplesError, check_failed_share  # light: no torch
+from tirl.integrations.openenv import server as openenv_server
 from tirl.integrations.verl.cli import add_parser as add_verl_parser
 from tirl.sandbox.api import SandboxError
 from tirl.sandbox.config import SandboxConfig
@@ -766,6 +767,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_envs_parser(sub)
     add_synth_parser(sub)
     add_verl_parser(sub)
+    p = sub.add_parser(
+        "openenv-serve",
+        help="serve a task source as an OpenEnv environment (pip install 'tirl[openenv]')",
+        description=openenv_server.__doc__.split("\n\n")[0],
+    )
+    openenv_server.add_arguments(p)
+    p.set_defaults(func=openenv_server.run, config=None, overrides=[])
     return parser
 
 

@@ -7,6 +7,8 @@ a serialized task needs besides its text:
 - "integer" (arithmetic): the last `\\boxed{}` must be the integer `answer`;
 - "math" (datasets, benchmarks): the math verifier decides against `answer`;
 - "races": the operator reward of the stored RACES task, `meta["races_task"]`.
+- "reasoning_gym": the dataset's own `score_answer` on the stored `meta["entry"]` (the dataset
+  rebuilt from `meta["dataset"]` and `meta["config"]`; needs reasoning-gym installed).
 
 `task_to_dict` writes id, split, problem, answer, source and meta (JSON-safe values only);
 `task_from_dict` rebuilds the same task with its scorer. A task of another scoring kind cannot
@@ -25,7 +27,7 @@ from tirl.tasks.sources.dataset import score_math
 from tirl.tasks.sources.races import score_operator
 
 FIELDS = ("id", "split", "problem", "answer", "source", "meta")
-SCORINGS = ("integer", "math", "races")
+SCORINGS = ("integer", "math", "races", "reasoning_gym")
 
 
 def task_to_dict(task: Task) -> dict[str, Any]:
@@ -70,6 +72,10 @@ def task_from_dict(data: Any) -> Task:
         scorer = lambda text: score_integer(gold, text)  # noqa: E731
     elif scoring == "math":
         scorer = lambda text: score_math(answer, text)  # noqa: E731
+    elif scoring == "reasoning_gym":
+        from tirl.tasks.sources.reasoning_gym import meta_scorer  # needs reasoning-gym
+
+        scorer = meta_scorer(meta)
     else:
         stored = OperatorTask.from_dict(meta.get("races_task"))
         if MALFORMED in stored.meta:

@@ -1,3 +1,10 @@
 """The built-in task sources; each module registers itself (`tirl.tasks.registry`)."""
 
-from tirl.tasks.sources import arithmetic, benchmark, dataset, races  # noqa: F401
+from tirl.tasks.sources import (  # noqa: F401
+    arithmetic,
+    benchmark,
+    dataset,
+    races,
+    reasoning_gym,
+    verifiers_env,
+)

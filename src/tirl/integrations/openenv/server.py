@@ -1,0 +1,227 @@
+"""Serve a tirl task source as an OpenEnv environment (HTTP + WebSocket, openenv-core 0.3.0).
+
+    python -m tirl.integrations.openenv.server --source '{"source": "races", "max_size": 3}' \\
+        --port 8000 [--set max_tool_calls=6 --set sandbox.timeout_s=10 ...]
+
+`--source` is a task-source entry as in a run config's `data.train` (JSON), or just a source's
+name; `--set key=value` sets an `OpenEnvSettings` key (dotted for the sandbox section). The
+server prints `tirl openenv: listening on http://HOST:PORT` once it accepts connections (with
+port 0, the port the OS picked) and runs until SIGINT or SIGTERM, then closes the sandbox.
+
+The server has no authentication, and every client may run code in the sandbox: it listens on
+loopback only unless `allow_remote` (`--insecure-allow-remote`) says the network is trusted.
+Bad input (an unknown source, a bad setting, openenv missing) is one line and exit code 2,
+before anything listens; a bad request is answered with an error and the server goes on
+(OpenEnv's WebSocket answers `{"type": "error"}`; an `EpisodeError` over HTTP is a 409).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import signal
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+from tirl.cliargs import bind_host, number
+from tirl.config import ConfigError, apply_overrides, from_dict
+from tirl.httpauth import is_loopback
+from tirl.integrations.openenv import require_openenv
+from tirl.tasks.registry import make_source
+
+LISTENING = "tirl openenv: listening on http://{host}:{port}"
+
+
+def make_app(entry: Mapping[str, Any], seed: int = 0, settings=None, where: str = "source"):
+    """The FastAPI app of OpenEnv's server over the task source `entry` names (checked first:
+    a ConfigError naming `where`), with `settings` (`OpenEnvSettings`; None: the defaults)."""
+    source = make_source(entry, where, seed)
+    require_openenv()
+    from fastapi.responses import JSONResponse
+    from openenv.core.env_server import create_fastapi_app
+
+    from tirl.integrations.openenv.env import (
+        EpisodeError,
+        OpenEnvSettings,
+        Shared,
+        TirlAction,
+        TirlEnvironment,
+        TirlObservation,
+    )
+
+    settings = OpenEnvSettings() if settings is None else settings
+    shared = Shared(source, settings)
+    app = create_fastapi_app(
+        functools.partial(TirlEnvironment, shared),
+        TirlAction,
+        TirlObservation,
+        max_concurrent_envs=settings.max_sessions,
+    )
+
+    async def episode_error(request, exc: EpisodeError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    app.add_exception_handler(EpisodeError, episode_error)
+    app.add_middleware(QuietDisconnects)
+    app.router.on_shutdown.append(shared.close)
+    app.state.tirl = shared
+    return app
+
+
+class QuietDisconnects:
+    """ASGI middleware: a WebSocket client that has gone is not a server error.
+
+    OpenEnv 0.3.0's WebSocket handler ends every session by closing the socket, and catches
+    only RuntimeError there; when the client has already closed its end (as `EnvClient`
+    does right after sending "close"), Starlette raises WebSocketDisconnect and uvicorn logs
+    "Exception in ASGI application" with two tracebacks, once per episode. The session is
+    already destroyed by then, so nothing is left to do."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        from starlette.websockets import WebSocketDisconnect
+
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            if scope["type"] != "websocket":
+                raise
+
+
+def serve(
+    entry: Mapping[str, Any],
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    seed: int = 0,
+    settings=None,
+    allow_remote: bool = False,
+) -> None:
+    """Serve the task source `entry` names until SIGINT or SIGTERM (see the module doc).
+    ConfigError, before anything listens, for a bad entry or setting, a missing openenv, a
+    non-loopback `host` without `allow_remote`, or an address it cannot listen on."""
+    if not (allow_remote or is_loopback(host)):
+        raise ConfigError(
+            f"refusing to listen on {host!r}: the OpenEnv server has no authentication and runs"
+            " its clients' code; bind 127.0.0.1, or pass --insecure-allow-remote if this"
+            " network is trusted"
+        )
+    app = make_app(entry, seed, settings)
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host} port {port}: {e.strerror}") from None
+    sock.listen(128)
+    # uvicorn shuts down gracefully on SIGINT / SIGTERM (closing the sandbox), then raises the
+    # signal again under the handler that was there before: let that be a quiet exit 0.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _exit_quietly)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    print(LISTENING.format(host=host, port=sock.getsockname()[1]), flush=True)
+    server.run(sockets=[sock])
+
+
+def _exit_quietly(signum, frame) -> None:
+    raise SystemExit(0)
+
+
+def parse_entry(text: str) -> dict[str, Any]:
+    """A `--source` value: a JSON object (a task-source entry) or a bare source name."""
+    text = text.strip()
+    if not text.startswith("{"):
+        return {"source": text}
+    try:
+        entry = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--source: not a JSON object ({e})") from None
+    if not isinstance(entry, dict):
+        raise ConfigError(f"--source: must be a JSON object, got {entry!r}")
+    return entry
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The server's flags (shared by this module's command and a `tirl` subcommand)."""
+    parser.add_argument(
+        "--source",
+        required=True,
+        help='a task-source entry (JSON) or name: \'{"source": "races"}\'',
+    )
+    parser.add_argument("--host", type=bind_host, default="127.0.0.1")
+    parser.add_argument(
+        "--port", type=number(int, "[0, 65535]"), default=8000, help="0: a free port"
+    )
+    parser.add_argument(
+        "--seed", type=number(int, ">= 0"), default=0, help="the source's seed, if it takes one"
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="an OpenEnvSettings key"
+    )
+    parser.add_argument(
+        "--insecure-allow-remote",
+        action="store_true",
+        help="listen on a non-loopback address (no authentication: trusted networks only)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve as `args` (from `add_arguments`) say; a bad input is one line and exit code 2."""
+    try:
+        entry = parse_entry(args.source)
+        settings = _settings(args.set)
+        serve(
+            entry,
+            args.host,
+            args.port,
+            seed=args.seed,
+            settings=settings,
+            allow_remote=args.insecure_allow_remote,
+        )
+    except ConfigError as e:
+        print(f"tirl: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """A bad flag is one line (`tirl openenv-serve` gets the same from tirl's own parser)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"tirl: error: {message}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _OneLineParser(
+        prog="python -m tirl.integrations.openenv.server",
+        description="Serve a tirl task source as an OpenEnv environment.",
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def _settings(overrides: Sequence[str]):
+    """`OpenEnvSettings` from `--set key=value` overrides (checked before openenv is needed)."""
+    from tirl.integrations.openenv.settings import OpenEnvSettings
+
+    try:
+        data = apply_overrides({}, list(overrides))
+    except ConfigError as e:
+        raise ConfigError(f"--set: {e}") from None
+    try:
+        return from_dict(OpenEnvSettings, data, "")
+    except ConfigError as e:
+        raise ConfigError(f"--set: {e}", e.key) from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
