@@ -14,7 +14,7 @@ import time
 
 import httpx
 import pytest
-from conftest import NETGUARD_LOG, RACES, RACES_SEED, netguard, run
+from conftest import NETGUARD_LOG, RACES, RACES_SEED, netguard, openenv_server, run
 from openenv.core import GenericEnvClient
 
 from tirl.integrations.openenv.client import TirlEnvClient
@@ -212,6 +212,41 @@ def test_code_runs_in_the_sandbox_and_state_persists_across_steps(arithmetic_ser
     assert out.startswith("43\n") and out.endswith("ZeroDivisionError: division by zero")
     assert (state.episode_id, state.step_count, state.tool_calls) == ("ep-1", 2, 2)
     assert state.task_id == "arithmetic/train/0" and not state.done
+
+
+def test_python_and_shell_blocks_share_the_episodes_session():
+    """With tools [python, shell] a ```bash block runs in the same session (and folder) as the
+    Python blocks, by the rollout's own tool path."""
+    message = (
+        "First Python.\n"
+        + CIR_FENCES.render_code("open('n.txt', 'w').write(str(6 * 7))")
+        + "\nthen bash.\n```bash\necho $(( $(cat n.txt) + 1 ))\n```"
+    )
+
+    async def episode(url):
+        async with TirlEnvClient(base_url=url, message_timeout_s=TIMEOUT_S) as env:
+            await env.reset(seed=0)
+            return await env.step(TirlAction(message=message))
+
+    with openenv_server({"source": "arithmetic"}, "tools=[python, shell]") as server:
+        result = run(episode(server.url))
+    assert result.observation.statuses == ["ok", "ok"]
+    assert result.observation.outputs == ["2", "43"]  # write() returns 2; bash read the file
+    assert result.observation.tool_calls == 2
+
+
+def test_a_block_for_a_tool_not_enabled_gets_one_line_and_is_not_run(arithmetic_server):
+    async def episode():
+        async with client(arithmetic_server) as env:
+            await env.reset(seed=0)
+            return await env.step(TirlAction(message="Try.\n```bash\ntouch /tmp/x\n```"))
+
+    result = run(episode())
+    assert result.observation.statuses == ["disabled"] and not result.done
+    assert result.observation.outputs == [
+        "Tool 'shell' is not enabled in this run (enabled: python): not run."
+    ]
+    assert result.observation.tool_calls == 0  # not counted against max_tool_calls
 
 
 def test_two_concurrent_episodes_have_their_own_sandbox_sessions(arithmetic_server):

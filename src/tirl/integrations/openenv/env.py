@@ -7,11 +7,12 @@ An episode is one task and the model's messages about it:
   group can ask for the same episode; without a seed the server hands out the next index). Its observation carries the problem
   and the system prompt that explains the run's protocol (`tirl.tasks.prompts`).
 - `step(TirlAction(message=...))` with closed code blocks in the message (the protocol's,
-  by default CIR's ```` ```python ```` fences) runs them, in order, in the episode's sandbox
-  session (opened at the first block and kept, so a variable of one step is there in the
-  next) and returns what the model would see: each result through tirl's one formatter
-  (`tirl.sandbox.format_result`), rendered by the protocol (```` ```output ```` fences). The
-  episode goes on, reward None.
+  by default CIR's ```` ```python ````; ```` ```bash ```` too with `tools: [python, shell]`)
+  runs each with its tool (`tirl.tools`, the rollout's own path), in order, in the episode's
+  sandbox session (opened at the first block and kept, so a variable of one step is there in
+  the next) and returns what the model would see: each result through tirl's one formatter,
+  rendered by the protocol (```` ```output ```` fences). A block for a tool the settings do
+  not enable gets one line and is not run. The episode goes on, reward None.
 - A message without a closed block is the final answer: the task's own scorer reads the prose
   of all the episode's messages, exactly as tirl scores a trajectory (`prose_text`: no tool
   output, not the inside of code blocks), and the episode ends with reward = the scorer's
@@ -44,10 +45,11 @@ from tirl.integrations.openenv.settings import EpisodeError, OpenEnvSettings
 from tirl.protocol import Protocol, get_protocol
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory
 from tirl.rewards.answer import prose_text
-from tirl.sandbox import SandboxClient, SessionBase, format_result
+from tirl.sandbox import SandboxClient, SessionBase
 from tirl.sandbox.config import make_sandbox
 from tirl.tasks.base import SPLITS, Score, Task, TaskSource
 from tirl.tasks.prompts import default_system_prompt
+from tirl.tools import TOOLS, ToolContext, disabled_message, toolset_protocol
 
 
 class TirlAction(Action):
@@ -86,7 +88,7 @@ class Shared:
     def __init__(self, source: TaskSource, settings: OpenEnvSettings) -> None:
         self.source = source
         self.settings = settings
-        self.protocol: Protocol = get_protocol(settings.protocol)
+        self.protocol: Protocol = toolset_protocol(get_protocol(settings.protocol), settings.tools)
         self.system_prompt = default_system_prompt(self.protocol)
         self._sandbox: SandboxClient | None = None
         self._starting: asyncio.Lock | None = None
@@ -111,14 +113,15 @@ class Shared:
             await sandbox.close()
 
 
-def closed_blocks(protocol: Protocol, message: str) -> list[str]:
-    """The code of every closed block of `message`, in order (the protocol's exact match)."""
-    blocks, rest = [], message
-    while (code := protocol.closed_block(rest)) is not None:
-        blocks.append(code)
-        block = protocol.code_open + code + protocol.code_close
+def closed_calls(protocol: Protocol, message: str) -> list[tuple[str, str]]:
+    """(tool, code) of every closed block of `message`, in order (the protocol's exact match)."""
+    calls, rest = [], message
+    while (call := protocol.closed_call(rest)) is not None:
+        calls.append(call)
+        b = protocol.block_for(call[0])
+        block = b.open + call[1] + b.close
         rest = rest[rest.index(block) + len(block) :]
-    return blocks
+    return calls
 
 
 def _seed_index(seed: Any) -> int | None:
@@ -196,7 +199,7 @@ class TirlEnvironment(Environment[TirlAction, TirlObservation, TirlState]):
         if self._state.done:
             raise EpisodeError(f"step: episode {self._state.episode_id} is over; call reset")
         protocol = self.shared.protocol
-        blocks = closed_blocks(protocol, action.message)
+        blocks = closed_calls(protocol, action.message)
         limit = self.shared.settings.max_tool_calls
         if not blocks or self._state.tool_calls + len(blocks) > limit:
             self._state.step_count += 1
@@ -209,15 +212,16 @@ class TirlEnvironment(Environment[TirlAction, TirlObservation, TirlState]):
                 f" {self._state.tool_calls} run, and an episode may run {limit}"
             )
             return await self._finish(Score(0.0, False, reason))
-        if self._session is None:
-            self._session = await self.shared.session()
-            self._loop = asyncio.get_running_loop()
-        cfg = self.shared.settings.sandbox
         outputs, statuses = [], []
-        for code in blocks:
-            result = await self._session.run(code, cfg.timeout_s)
-            outputs.append(format_result(result, cfg.max_output_chars))
-            statuses.append(result.status.value)
+        ctx = ToolContext(self._open_session, self.shared.settings.sandbox.max_output_chars)
+        for tool, code in blocks:
+            if tool not in protocol.enabled_tools:  # answered in one line, not run or counted
+                outputs.append(disabled_message(tool, protocol.enabled_tools))
+                statuses.append("disabled")
+                continue
+            result = await TOOLS[tool].run(code, ctx)  # the rollout's own path (tirl.tools)
+            outputs.append(result.output)
+            statuses.append(result.status)
             self._state.tool_calls += 1
         # Counted once its blocks have run: a sandbox that fails to start leaves the episode as
         # it was, so the same message can be sent again.
@@ -230,6 +234,13 @@ class TirlEnvironment(Environment[TirlAction, TirlObservation, TirlState]):
             statuses=statuses,
             tool_calls=self._state.tool_calls,
         )
+
+    async def _open_session(self) -> SessionBase:
+        """The episode's sandbox session, opened at its first block."""
+        if self._session is None:
+            self._session = await self.shared.session()
+            self._loop = asyncio.get_running_loop()
+        return self._session
 
     @property
     def state(self) -> TirlState:

@@ -9,6 +9,7 @@ from tirl.config import setting
 from tirl.protocol import PROTOCOLS
 from tirl.sandbox.config import SandboxConfig
 from tirl.tasks.base import SPLITS
+from tirl.tools import DEFAULT_TOOLS, tools_problem
 
 
 class EpisodeError(ValueError):
@@ -37,6 +38,11 @@ class OpenEnvSettings:
         "cir_fences",
         doc="how code blocks are written and their output shown (a registered protocol)",
         check=lambda name: PROTOCOLS.problem(name),
+    )
+    tools: list[str] = setting(
+        factory=lambda: list(DEFAULT_TOOLS),
+        doc="the tools whose blocks run (tirl.tools: python, shell); other tools' blocks get one line",
+        check=tools_problem,
     )
     max_sessions: int = setting(64, "[1, 100000]", "concurrent WebSocket sessions (episodes)")
     sandbox: SandboxConfig = setting(
