@@ -90,3 +90,27 @@ def extra_python(extra: str, remove: tuple[str, ...] = ()) -> Path:
             subprocess.run([*pip, "uninstall", "-q", "-y", *remove], check=True)
         ready.write_text("\n".join(requirements), encoding="utf-8")
     return python
+
+
+def run_side_suite(
+    extra: str,
+    folder: str,
+    remove: tuple[str, ...] = (),
+    unset: tuple[str, ...] = (),
+    timeout_s: int = 1500,
+) -> str:
+    """Run `tests/<folder>` with `tirl[extra]`'s python (`extra_python`); fail unless every
+    test passed and none was skipped (a side suite is never silently skipped). `unset` names
+    environment variables the side suite must not inherit. Returns pytest's summary line."""
+    python = extra_python(extra, remove)
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    run = subprocess.run(
+        [str(python), "-m", "pytest", f"tests/{folder}", "-o", "addopts=-q", "-p",
+         "no:cacheprovider", "-rfE", "--tb=short"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-3000:]
+    summary = run.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "skipped" not in summary, summary
+    return summary

@@ -11,23 +11,14 @@ import sys
 
 import pytest
 from conftest import SIDE_SUITES
-from side_venv import ROOT, extra_python
+from side_venv import ROOT, run_side_suite
 
 SERVER = "tirl.integrations.openenv.server"
 
 
 def test_the_openenv_tests_pass_against_the_real_package():
-    python = extra_python("openenv")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    env.pop("TIRL_NETGUARD_LOG", None)  # the side suite makes its own
-    run = subprocess.run(
-        [str(python), "-m", "pytest", "tests/openenv_side", "-o", "addopts=-q", "-p",
-         "no:cacheprovider", "-rfE", "--tb=short"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-3000:]
-    summary = run.stdout.strip().splitlines()[-1]
-    assert re.search(r"\d+ passed", summary) and "skipped" not in summary, summary
+    # TIRL_NETGUARD_LOG: the side suite makes its own
+    summary = run_side_suite("openenv", "openenv_side", unset=("TIRL_NETGUARD_LOG",))
     SIDE_SUITES.append(f"tests/openenv_side, against the real openenv-core: {summary}")
 
 

