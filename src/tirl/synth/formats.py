@@ -20,13 +20,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tirl.protocol import get_protocol
+from tirl.protocol import Protocol, get_protocol
 from tirl.protocol.segments import SegmentKind, Trajectory
 from tirl.protocol.tags import THINK_CLOSE, THINK_OPEN
 from tirl.synth.records import Step
+from tirl.tasks.base import Code
 from tirl.tasks.demos import demo_segment_texts, demo_trajectory, recorded_outputs
 from tirl.tasks.prompts import PLAIN_TEMPLATE, PromptRenderer
 from tirl.tasks.sft_file import read_sft_records, steps_to_parts
+from tirl.tools import DEFAULT_TOOLS, toolset_protocol
 
 _BLOCK = re.compile(
     r"<code>[ \t]*\n?(?P<tag_code>.*?)\n?[ \t]*</code>"
@@ -89,12 +91,22 @@ def parse_solution(text: str) -> list[Step]:
     return steps
 
 
+def steps_protocol(protocol_name: str, tools: list[str]) -> Protocol:
+    """`protocol_name` with the blocks of Python and of every tool in `tools` enabled: how a
+    record whose code steps use `tools` is written (a tool's block is the same text whatever
+    else a run enables). ConfigError (one line) for a tool that is not registered."""
+    return toolset_protocol(
+        get_protocol(protocol_name), list(dict.fromkeys([*DEFAULT_TOOLS, *tools]))
+    )
+
+
 def render_parts(problem: str, steps: list[Step], protocol_name: str) -> list[tuple[str, str]]:
     """(kind, text) segments: the prompt, then model text ending at each code block's close
     (where a rollout would stop), the shown output as a tool segment, and so on. With AgentMath
     tags, reasoning before a block is wrapped in <think>; the closing text is not."""
     parts = steps_to_parts([vars(s) for s in steps], protocol_name)
-    segments = demo_segment_texts(get_protocol(protocol_name), parts, recorded_outputs(parts))
+    protocol = steps_protocol(protocol_name, [p.tool for p in parts if isinstance(p, Code)])
+    segments = demo_segment_texts(protocol, parts, recorded_outputs(parts))
     prompt = (SegmentKind.PROMPT.value, PLAIN_TEMPLATE.format(problem=problem))
     return [prompt, *((kind.value, text) for kind, text in segments)]
 
@@ -127,16 +139,18 @@ def load_sft_trajectories(
     """Trajectories for `tirl.train.sft.train_sft` from a synth output JSONL. `protocol`: the
     run's protocol, which every record must be written in (a `ConfigError` naming file:line
     otherwise; None accepts each record's own). `renderer` writes the prompts (plain prompts in
-    the record's protocol by default; given, its protocol is the run's)."""
-    if renderer is not None:
-        protocol = renderer.protocol.name
-    renderers: dict[str, PromptRenderer] = {}
+    the record's protocol by default; given, its protocol is the run's, and a code step for a
+    tool it does not enable is an error)."""
+    renderers: dict[tuple[str, ...], PromptRenderer] = {}
     trajs = []
-    for rec in read_sft_records(path, protocol):
-        if renderer is None:
-            if rec.protocol not in renderers:
-                renderers[rec.protocol] = PromptRenderer(tokenizer, rec.protocol, chat=False)
-            use = renderers[rec.protocol]
+    for rec in read_sft_records(path, protocol if renderer is None else renderer.protocol):
+        if renderer is None:  # the record's protocol, with the tools its steps use
+            tools = [p.tool for p in rec.parts if isinstance(p, Code)]
+            key = (rec.protocol, *dict.fromkeys(tools))
+            if key not in renderers:
+                written = steps_protocol(rec.protocol, tools)
+                renderers[key] = PromptRenderer(tokenizer, written, chat=False)
+            use = renderers[key]
         else:
             use = renderer
         traj = demo_trajectory(

@@ -36,6 +36,8 @@ class Step:
     the sandbox printed (through `tirl.sandbox.format_result`), `output` the text the model is
     shown once the replace stage ran (rendering falls back to `simulated` before), `status` the
     sandbox status, and `expected_error` marks a failing block kept on purpose (self-correction).
+    `tool` is the registered tool a code block is for (`tirl.tools`; stage files written before
+    there were other tools have none and read as Python).
     """
 
     kind: str  # "text" or "code"
@@ -45,6 +47,7 @@ class Step:
     output: str | None = None
     status: str | None = None
     expected_error: bool = False
+    tool: str = "python"
 
 
 @dataclass
@@ -125,7 +128,9 @@ def _lines(f, path: Path) -> Iterator[tuple[int, str]]:
         for i, line in enumerate(f, 1):
             yield i, line
     except UnicodeDecodeError as e:
-        raise RecordError(f"{path}:{i + 1}: not UTF-8 text (byte {e.start} of a read block)") from None
+        raise RecordError(
+            f"{path}:{i + 1}: not UTF-8 text (byte {e.start} of a read block)"
+        ) from None
 
 
 def check_input_file(path: str | Path) -> None:

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.rewards.answer import extract_answer
-from tirl.sandbox import format_result
 from tirl.synth.config import SynthConfig
 from tirl.synth.filters import ContaminationIndex, code_limit_reason
 from tirl.synth.formats import FormatError, model_text, parse_solution, render_parts
@@ -38,6 +37,7 @@ from tirl.synth.prompts import (
     self_correct_messages,
 )
 from tirl.synth.records import Item, Step
+from tirl.tools import TOOLS, ToolContext
 
 
 @dataclass
@@ -67,18 +67,35 @@ class Context:
 # --------------------------------------------------------------------------------- helpers
 
 
+class _TimedSession:
+    """A session whose cells run with the synth run's timeout: what a tool's runner is handed,
+    so every tool's block runs under the same `sandbox.timeout_s`."""
+
+    def __init__(self, session, timeout_s: float) -> None:
+        self.session, self.timeout_s = session, timeout_s
+
+    async def run(self, code: str):
+        return await self.session.run(code, timeout_s=self.timeout_s)
+
+
 async def execute_steps(sandbox, steps: list[Step], timeout_s: float, max_chars: int) -> int | None:
-    """Run the code steps in order in one session, filling `real` and `status`. Returns the
-    index of the first block that failed without being marked `expected_error`, else None."""
+    """Run the code steps in order in one session, each with its tool's own runner (the path a
+    rollout's blocks take: a shell step sees the files a Python step wrote), filling `real`
+    (the text the model is shown) and `status`. Returns the index of the first block that
+    failed without being marked `expected_error`, else None."""
     session = await sandbox.session()
+    timed = _TimedSession(session, timeout_s)
+
+    async def opened():
+        return timed
+
     try:
         for i, step in enumerate(steps):
             if step.kind != "code":
                 continue
-            result = await session.run(step.text, timeout_s=timeout_s)
-            step.real = format_result(result, max_chars=max_chars)
-            step.status = result.status.value
-            if not result.ok and not step.expected_error:
+            result = await TOOLS[step.tool].run(step.text, ToolContext(opened, max_chars))
+            step.real, step.status = result.output, result.status
+            if result.status != "ok" and not step.expected_error:
                 return i
     finally:
         await session.close()

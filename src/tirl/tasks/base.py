@@ -66,12 +66,14 @@ class Think:
 @dataclass(frozen=True)
 class Code:
     """A code block of a demonstration and the interpreter's output. `output` None: the
-    pipeline runs the code in the sandbox and appends the real output; a recorded output (from
-    a `tirl synth` file, whose outputs are real sandbox outputs) is used as it is. Either way
-    the run's protocol renders it."""
+    pipeline runs the block with its tool (`tirl.tools`, as a rollout does) in the
+    demonstration's sandbox session and appends the real output; a recorded output (from a
+    `tirl synth` file, whose outputs are real sandbox outputs) is used as it is. Either way the
+    run's protocol renders it, as `tool`'s block (default Python: the protocol's own block)."""
 
     source: str
     output: str | None = None
+    tool: str = "python"
 
 
 DemoPart = Think | Code

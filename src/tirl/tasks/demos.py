@@ -15,8 +15,14 @@ tokenized separately, as the rollout does, with special-token spellings kept as 
 (`tirl.protocol.tokens.encode_literal`: a printed `<|im_end|>` never ends the turn). Model text
 is tokenized the same way: the only special token a demonstration teaches is the final eos.
 
-`run_demo_codes` fills in the outputs of blocks that have none, through the sandbox and the one
-formatter (DESIGN.md invariant 4).
+`run_demo_codes` fills in the outputs of blocks that have none, each with its tool's own runner
+(`tirl.tools`: the path a rollout's blocks take, so a shell step shows what a rollout's shell
+block would), all of a demonstration's blocks in one sandbox session (DESIGN.md invariant 4).
+
+Tools: each `Code` part names its tool (Python by default) and is written as that tool's block
+of the run's protocol (`Protocol.render_code(source, tool)`). A block for a tool the protocol
+has no block for, or one the run did not enable, is a one-line ValueError: a demonstration must
+not teach a block the run would refuse.
 """
 
 from __future__ import annotations
@@ -29,9 +35,9 @@ from tqdm.auto import tqdm
 from tirl.protocol import Protocol
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 from tirl.protocol.tokens import encode_literal
-from tirl.sandbox import Status, format_result
 from tirl.tasks.base import Code, DemoPart, Think
 from tirl.tasks.prompts import PromptRenderer
+from tirl.tools import TOOLS, ToolContext
 
 
 def demo_segment_texts(
@@ -45,6 +51,8 @@ def demo_segment_texts(
     codes = [p for p in parts if isinstance(p, Code)]
     if len(outputs) != len(codes):
         raise ValueError(f"{len(codes)} code blocks but {len(outputs)} outputs")
+    for code in codes:
+        check_demo_tool(protocol, code.tool)
     texts: list[tuple[SegmentKind, str]] = []
     model = ""
     shown = iter(outputs)
@@ -52,7 +60,7 @@ def demo_segment_texts(
         if isinstance(part, Think):
             model += part.text
         elif isinstance(part, Code):
-            texts.append((SegmentKind.MODEL, model + protocol.render_code(part.source)))
+            texts.append((SegmentKind.MODEL, model + protocol.render_code(part.source, part.tool)))
             texts.append((SegmentKind.TOOL, protocol.render_output(next(shown))))
             model = ""
         else:
@@ -60,6 +68,16 @@ def demo_segment_texts(
     if model:
         texts.append((SegmentKind.MODEL, model))
     return texts
+
+
+def check_demo_tool(protocol: Protocol, tool: str) -> None:
+    """ValueError (one line) unless `protocol` runs `tool`'s blocks (see the module doc)."""
+    if tool not in protocol.enabled_tools:
+        why = "is not enabled in this run" if tool in protocol.tool_names else "has no block here"
+        raise ValueError(
+            f"a demonstration block for tool {tool!r}: it {why} (protocol {protocol.name!r}"
+            f" runs: {', '.join(protocol.enabled_tools)})"
+        )
 
 
 def recorded_outputs(parts: Sequence[DemoPart]) -> list[str]:
@@ -95,7 +113,7 @@ def demo_trajectory(
     codes = [p for p in parts if isinstance(p, Code)]
     return Trajectory(
         segments=segments,
-        tool_calls=[ToolCall(c.source, "ok", out) for c, out in zip(codes, outputs)],
+        tool_calls=[ToolCall(c.source, "ok", out, tool=c.tool) for c, out in zip(codes, outputs)],
         meta=dict(meta or {}),
     )
 
@@ -108,12 +126,18 @@ async def run_demo_codes(
     concurrency: int = 16,
 ) -> list[list[str]]:
     """The shown output of every Code part of every demonstration, in order: a recorded output
-    as it is, a missing one from running the block in the sandbox (`format_result`, the one
-    formatter). A demonstration's blocks run in order in one session, so later blocks see
-    earlier variables. A block that fails is a RuntimeError naming its task (`names[i]`, e.g.
-    the task id): a demonstration must not teach a failing call it does not mean to."""
+    as it is, a missing one from running the block with its tool (`run_demo_block`). A
+    demonstration's blocks run in order in one session, so later blocks see earlier variables
+    and files (a shell step reads what a Python step wrote). A block that fails is a
+    RuntimeError naming its task (`names[i]`, e.g. the task id): a demonstration must not
+    teach a failing call it does not mean to. An unregistered tool is a KeyError (one line)
+    before anything runs."""
     if names is None:
         names = [f"demonstration {i}" for i in range(len(parts_list))]
+    for parts in parts_list:
+        for part in parts:
+            if isinstance(part, Code) and part.output is None:
+                TOOLS.get_entry(part.tool)  # an unknown tool fails before any session opens
     gate = asyncio.Semaphore(concurrency)
     to_run = sum(any(isinstance(p, Code) and p.output is None for p in ps) for ps in parts_list)
     bar = tqdm(total=to_run, desc="sandbox: run demonstration code", leave=False)
@@ -130,12 +154,13 @@ async def run_demo_codes(
                     if code.output is not None:
                         outputs.append(code.output)
                         continue
-                    result = await session.run(code.source)
-                    if result.status is not Status.OK:
+                    result = await run_demo_block(session, code, max_chars)
+                    if result.status != "ok":
                         raise RuntimeError(
-                            f"demonstration code for task {name} failed: {format_result(result)}"
+                            f"demonstration code for task {name} failed ({code.tool} block,"
+                            f" {result.status}): {result.output}"
                         )
-                    outputs.append(format_result(result, max_chars=max_chars))
+                    outputs.append(result.output)
             finally:
                 await session.close()
         bar.update()
@@ -145,3 +170,13 @@ async def run_demo_codes(
         return list(await asyncio.gather(*(one(p, n) for p, n in zip(parts_list, names))))
     finally:
         bar.close()
+
+
+async def run_demo_block(session, code: Code, max_chars: int):
+    """Run one block in `session` with its tool's own runner (`tirl.tools.Tool.run`, what a
+    rollout calls), showing at most `max_chars` of output: a `ToolResult`."""
+
+    async def opened():
+        return session
+
+    return await TOOLS[code.tool].run(code.source, ToolContext(opened, max_chars))

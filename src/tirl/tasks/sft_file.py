@@ -13,6 +13,12 @@ a block is wrapped in `<think>`; each text step ends with a newline; the closing
 A record written in another protocol than the run's is an error, not a silent re-render: the
 teacher's text, the format stage and the answer check all saw that protocol. Every bad input is
 a one-line `ConfigError` naming `file:line` (DESIGN.md invariant 6).
+
+Tools: a code step names its tool (`"tool": "shell"`; absent: Python, so files written before
+there were other tools read as they always did) and becomes that tool's block of the run's
+protocol. A tool that is not registered is an error, and so is one the run did not enable when
+the run's protocol is given (`tirl.tools.toolset_protocol`): its blocks would be refused in a
+rollout, so a demonstration must not teach them.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from tirl.config import ConfigError
 from tirl.protocol import PROTOCOLS, Protocol
 from tirl.protocol.tags import THINK_CLOSE, THINK_OPEN
 from tirl.tasks.base import Code, DemoPart, Think
+from tirl.tools import DEFAULT_TOOLS, TOOLS
 
 REQUIRED_FIELDS = ("problem", "answer", "protocol", "steps")
 STEP_KINDS = ("text", "code")
@@ -58,7 +65,7 @@ def steps_to_parts(steps: Sequence[Mapping[str, Any]], protocol_name: str) -> li
             shown = step.get("output")
             if shown is None:
                 shown = step.get("simulated") or ""
-            parts.append(Code(step["text"], shown))
+            parts.append(Code(step["text"], shown, step.get("tool") or DEFAULT_TOOLS[0]))
         elif tags:
             parts.append(Think(f"{THINK_OPEN}{step['text']}{THINK_CLOSE}\n"))
         else:
@@ -73,7 +80,7 @@ def _protocol_name(protocol: Protocol | str | None) -> str | None:
     return protocol.name if isinstance(protocol, Protocol) else protocol
 
 
-def _steps(rec: dict, where: str) -> list[dict[str, Any]]:
+def _steps(rec: dict, where: str, enabled: Sequence[str] | None) -> list[dict[str, Any]]:
     steps = rec["steps"]
     if not isinstance(steps, list) or not steps:
         raise ConfigError(f"{where}: 'steps' must be a non-empty list")
@@ -89,12 +96,25 @@ def _steps(rec: dict, where: str) -> list[dict[str, Any]]:
         text = step.get("text", step.get("code") if kind == "code" else None)
         if not isinstance(text, str):
             raise ConfigError(f"{where}: step {i} ({kind}) has no text")
+        if kind == "code":
+            _check_tool(step.get("tool", DEFAULT_TOOLS[0]), f"{where}: step {i}", enabled)
         out.append({**step, "text": text})
     return out
 
 
+def _check_tool(tool: Any, where: str, enabled: Sequence[str] | None) -> None:
+    """ConfigError unless `tool` is registered and (`enabled` given) enabled in the run."""
+    if not isinstance(tool, str) or tool not in TOOLS:
+        raise ConfigError(f"{where}: unknown tool {tool!r} (registered: {', '.join(TOOLS)})")
+    if enabled is not None and tool not in enabled:
+        raise ConfigError(
+            f"{where}: a {tool} block, a tool this run does not enable (tools: {', '.join(enabled)})"
+        )
+
+
 def parse_sft_record(rec: Any, where: str, protocol: Protocol | str | None = None) -> SFTRecord:
-    """One record (a parsed JSON line); `protocol` is the run's (None: the record's own)."""
+    """One record (a parsed JSON line); `protocol` is the run's (None: the record's own; a
+    `Protocol` also says which tools the run enables, a name does not)."""
     if not isinstance(rec, dict):
         raise ConfigError(f"{where}: not a JSON object (got {type(rec).__name__})")
     for name in REQUIRED_FIELDS:
@@ -111,7 +131,8 @@ def parse_sft_record(rec: Any, where: str, protocol: Protocol | str | None = Non
     wanted = _protocol_name(protocol)
     if wanted is not None and written != wanted:
         raise ConfigError(f"{where}: written in {written}, the run uses {wanted}")
-    steps = _steps(rec, where)
+    enabled = protocol.enabled_tools if isinstance(protocol, Protocol) else None
+    steps = _steps(rec, where, enabled)
     return SFTRecord(
         problem=rec["problem"],
         parts=steps_to_parts(steps, written),

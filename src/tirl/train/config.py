@@ -746,8 +746,10 @@ class RunConfig:
         if self.sft.data is not None and "code" in self.variants:
             from tirl.protocol import get_protocol
             from tirl.tasks.sft_file import read_sft_records
+            from tirl.tools import toolset_protocol
 
-            read_sft_records(self.sft.data, get_protocol(self.protocol, self.rl.boundary))
+            protocol = get_protocol(self.protocol, self.rl.boundary)
+            read_sft_records(self.sft.data, toolset_protocol(protocol, self.tools))
         elif "code" in self.variants:
             wanted |= {True} if self.sft.code_share > 0 else set()
             wanted |= {False} if self.sft.code_share < 1 else set()

@@ -124,6 +124,7 @@ from tirl.integrations.verl.config import (  # noqa: E402
 from tirl.integrations.verl.data import (  # noqa: E402
     PromptSettings,
     prompt_settings_of_row,
+    same_prompt,
     task_of_row,
 )
 from tirl.integrations.verl.engine import PARAM_NAMES, VerlServerEngine, new_request_id  # noqa: E402
@@ -438,7 +439,7 @@ class TirlAgentLoop(AgentLoopBase):
         extra_info = _plain(row.get("extra_info"))
         task = task_of_row(extra_info)
         row_prompt = prompt_settings_of_row(extra_info)
-        if row_prompt != setup.prompt:
+        if not same_prompt(row_prompt, setup.prompt):
             raise ConfigError(
                 f"verl row {extra_info.get('index', '?')} (task {task.id}) was exported with"
                 f" {_describe(row_prompt)}, but the run config says {_describe(setup.prompt)};"

@@ -262,6 +262,14 @@ def task_of_row(extra_info: Any) -> Task:
         raise ConfigError(f"verl row {index}: extra_info.{TASK_KEY}: {e}") from None
 
 
+def same_prompt(row: PromptSettings, run: PromptSettings) -> bool:
+    """Whether a row exported with `row` suits a run with `run`: the same protocol and boundary,
+    chat and system. A row does not record the run's tools (`tirl.tools`), so the protocols are
+    compared without their tool blocks."""
+    strip = lambda p: (p.protocol.with_blocks(()), p.chat, p.system)  # noqa: E731
+    return strip(row) == strip(run)
+
+
 def prompt_settings_of_row(extra_info: Mapping[str, Any]) -> PromptSettings:
     """The prompt settings a row was exported with (see `PromptSettings.renderer`)."""
     missing = [k for k in ("protocol", "boundary") if not extra_info.get(k)]
