@@ -238,3 +238,50 @@ def test_the_run_config_checks_an_sft_files_tools_against_its_own(tmp_path, caps
     assert main(args) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "demos.jsonl:1" in line and "shell" in line, line
+
+
+SHELL_REPLY = (
+    "<think>Multiply, then add one in the shell.</think>\n<code>\n"
+    "open('n.txt', 'w').write(str(6 * 7))\n</code>\n<interpreter>\n2\n</interpreter>\n"
+    "<bash>\necho $(( $(cat n.txt) + 1 ))\n</bash>\n<interpreter>\n43\n</interpreter>\n"
+    "So the answer is \\boxed{43}."
+)
+
+
+@pytest.mark.parametrize("tools", [["python", "shell"], ["python"]])
+def test_synth_reads_a_teachers_shell_blocks_only_when_the_run_enables_shell(
+    tmp_path, monkeypatch, tools
+):
+    """`tirl synth run` with `tools: [python, shell]`: the teacher is told about the shell, its
+    <bash> block becomes a shell step run in the item's session (reading the file its Python
+    block wrote), and the record renders it as a shell block; without shell the same reply is
+    rejected for a block of a tool the run does not enable."""
+    from test_synth_pipeline import CASES, ScriptedTeacher, config, rejections
+
+    from tirl.synth.pipeline import run_pipeline
+
+    monkeypatch.setitem(CASES, "shell", (SHELL_REPLY, None, "43"))
+    data = tmp_path / "data.jsonl"
+    row = {"id": "s", "problem": "Solve it [case:shell]", "solution": "...", "answer": "43"}
+    data.write_text(json.dumps(row) + "\n")
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"problem": "Something else entirely.", "answer": "1"}) + "\n")
+    with ScriptedTeacher() as teacher:
+        cfg = config(teacher.url, bench, f"tools=[{', '.join(tools)}]")
+        out = run_pipeline(cfg, str(data), tmp_path / "run")
+    (system,) = {json.loads(body)["messages"][0]["content"] for body in teacher.log}
+    assert ("<bash>" in system) == ("shell" in tools)
+    lines = (out / "trajectories.jsonl").read_text().splitlines()
+    if "shell" not in tools:
+        assert lines == []
+        assert rejections(out) == {
+            ("format", "a shell block, a tool this run does not enable"): 1
+        }
+        return
+    (record,) = map(json.loads, lines)
+    assert "<bash>\necho $(( $(cat n.txt) + 1 ))\n</bash>" in record["text"]
+    outputs = [p["text"] for p in record["parts"] if p["kind"] == "tool"]
+    assert outputs == [
+        "\n<interpreter>\n2\n</interpreter>\n",
+        "\n<interpreter>\n43\n</interpreter>\n",
+    ]

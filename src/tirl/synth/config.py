@@ -12,6 +12,7 @@ from typing import Literal
 
 from tirl.config import ConfigError, setting
 from tirl.sandbox.config import SandboxConfig
+from tirl.tools import DEFAULT_TOOLS, tools_problem
 
 # The modules a teacher's code most often imports, preloaded for every session.
 SYNTH_PRELOAD = ("math", "fractions", "sympy", "numpy")
@@ -130,6 +131,11 @@ class SynthConfig:
     )
     output_format: Literal["agentmath_tags", "cir_fences"] = setting(
         "agentmath_tags", doc="the protocol the trajectories are written in"
+    )
+    tools: list[str] = setting(
+        factory=lambda: list(DEFAULT_TOOLS),
+        doc="the tools the teacher may use (tirl.tools: python, shell); train with the same",
+        check=tools_problem,
     )
     concurrency: int = setting(16, "[1, 100000]", "trajectories in flight per stage")
 

@@ -18,6 +18,7 @@ one place (`tirl.tasks.sft_file.steps_to_parts` + `tirl.tasks.demos.demo_segment
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from tirl.protocol import Protocol, get_protocol
@@ -33,12 +34,26 @@ from tirl.tools import DEFAULT_TOOLS, toolset_protocol
 _BLOCK = re.compile(
     r"<code>[ \t]*\n?(?P<tag_code>.*?)\n?[ \t]*</code>"
     r"|```(?:python|py|python3)[ \t]*\n(?P<fence_code>.*?)\n?[ \t]*```"
+    r"|<bash>[ \t]*\n?(?P<tag_shell>.*?)\n?[ \t]*</bash>"
+    r"|```(?:bash|sh|shell)[ \t]*\n(?P<fence_shell>.*?)\n?[ \t]*```"
     r"|<interpreter>[ \t]*\n?(?P<tag_out>.*?)\n?[ \t]*</interpreter>"
     r"|```output[ \t]*\n(?P<fence_out>.*?)\n?[ \t]*```",
     re.DOTALL,
 )
 # Leftover openers in text mean a block that never closed (or a fence in an unknown language).
-_STRAY = re.compile(r"</?code>|</?interpreter>|```")
+_STRAY = re.compile(r"</?code>|</?bash>|</?interpreter>|```")
+
+
+def _code_of(m: re.Match[str]) -> tuple[str, str] | None:
+    """(tool, code) of a matched code block, or None for an output block."""
+    for tool, groups in (
+        ("python", ("tag_code", "fence_code")),
+        ("shell", ("tag_shell", "fence_shell")),
+    ):
+        for group in groups:
+            if m.group(group) is not None:
+                return tool, m.group(group)
+    return None
 
 
 class FormatError(ValueError):
@@ -53,8 +68,10 @@ def _clean_text(text: str) -> str:
     return text.replace(THINK_OPEN, "").replace(THINK_CLOSE, "").strip()
 
 
-def parse_solution(text: str) -> list[Step]:
-    """Steps of a solution written in any of the known conventions (see the module doc)."""
+def parse_solution(text: str, tools: Sequence[str] = DEFAULT_TOOLS) -> list[Step]:
+    """Steps of a solution written in any of the known conventions (see the module doc). Shell
+    blocks (```` ```bash ````, `<bash>`) are steps of the shell tool; a block of a tool not in
+    `tools` is a FormatError (the run could not train on it)."""
     steps: list[Step] = []
     pos = 0
 
@@ -68,12 +85,15 @@ def parse_solution(text: str) -> list[Step]:
     for m in _BLOCK.finditer(text):
         between = text[pos : m.start()]
         pos = m.end()
-        code = m.group("tag_code") if m.group("tag_code") is not None else m.group("fence_code")
-        if code is not None:
+        call = _code_of(m)
+        if call is not None:
+            tool, code = call
             add_text(between)
+            if tool not in tools:
+                raise FormatError(f"a {tool} block, a tool this run does not enable")
             if not code.strip():
                 raise FormatError("empty code block")
-            steps.append(Step("code", code.strip("\n")))
+            steps.append(Step("code", code.strip("\n"), tool=tool))
             continue
         out = m.group("tag_out") if m.group("tag_out") is not None else m.group("fence_out")
         last = steps[-1] if steps else None

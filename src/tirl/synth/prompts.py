@@ -10,6 +10,7 @@ code, the real output and the reasoning that follows, and answers one verdict pe
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 CODEIFY_SYSTEM = """\
 You rewrite step-by-step math solutions into tool-integrated solutions.
@@ -39,14 +40,29 @@ with the real output. Answer with one line per block, exactly "N: AGREE" or "N: 
 _VERDICT = re.compile(r"^\s*(\d+)\s*[:.)]\s*(AGREE|DISAGREE)\b", re.MULTILINE | re.IGNORECASE)
 
 
-def codeify_messages(problem: str, cot: str) -> list[dict[str, str]]:
+SHELL_NOTE = """
+A shell is there too: a <bash>...</bash> block runs as a bash script in the same session (same
+working directory), followed like any block by the output you expect in <interpreter>."""
+
+
+def _with_tools(system: str, tools: Sequence[str]) -> str:
+    return system + SHELL_NOTE if "shell" in tools else system
+
+
+def codeify_messages(
+    problem: str, cot: str, tools: Sequence[str] = ("python",)
+) -> list[dict[str, str]]:
     user = f"Problem:\n{problem}\n\nSolution to rewrite:\n{cot}"
-    return [{"role": "system", "content": CODEIFY_SYSTEM}, {"role": "user", "content": user}]
+    system = _with_tools(CODEIFY_SYSTEM, tools)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def self_correct_messages(problem: str, partial: str) -> list[dict[str, str]]:
+def self_correct_messages(
+    problem: str, partial: str, tools: Sequence[str] = ("python",)
+) -> list[dict[str, str]]:
     user = f"Problem:\n{problem}\n\nSolution so far:\n{partial}"
-    return [{"role": "system", "content": SELF_CORRECT_SYSTEM}, {"role": "user", "content": user}]
+    system = _with_tools(SELF_CORRECT_SYSTEM, tools)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def judge_messages(problem: str, blocks: list[tuple[str, str, str]]) -> list[dict[str, str]]:

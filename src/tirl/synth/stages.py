@@ -28,7 +28,7 @@ from typing import Any
 
 from tirl.rewards.answer import extract_answer
 from tirl.synth.config import SynthConfig
-from tirl.synth.filters import ContaminationIndex, code_limit_reason
+from tirl.synth.filters import ContaminationIndex, code_limit_reason, code_lines
 from tirl.synth.formats import FormatError, model_text, parse_solution, render_parts
 from tirl.synth.prompts import (
     codeify_messages,
@@ -131,14 +131,14 @@ async def decontaminate(item: Item, ctx: Context) -> Outcome:
 
 
 async def codeify(item: Item, ctx: Context) -> Outcome:
-    item.raw = await ctx.teacher.chat(codeify_messages(item.problem, item.cot))
+    item.raw = await ctx.teacher.chat(codeify_messages(item.problem, item.cot, ctx.cfg.tools))
     return keep(item)
 
 
 async def format_correct(item: Item, ctx: Context) -> Outcome:
     text = item.raw if item.raw is not None else item.cot
     try:
-        item.steps = parse_solution(text)
+        item.steps = parse_solution(text, ctx.cfg.tools)
     except FormatError as e:
         return reject(e.reason)
     return keep(item)
@@ -160,9 +160,10 @@ async def execute(item: Item, ctx: Context) -> Outcome:
 async def self_correct(item: Item, ctx: Context) -> Outcome:
     if item.failed_block is None:
         return keep(item)
-    reply = await ctx.teacher.chat(self_correct_messages(item.problem, _partial_solution(item)))
+    messages = self_correct_messages(item.problem, _partial_solution(item), ctx.cfg.tools)
+    reply = await ctx.teacher.chat(messages)
     try:
-        continuation = parse_solution(reply)
+        continuation = parse_solution(reply, ctx.cfg.tools)
     except FormatError as e:
         return reject(f"correction unreadable: {e.reason}")
     steps = [Step(**{**vars(s), "real": None, "status": None}) for s in item.steps] + continuation
@@ -205,7 +206,10 @@ async def feedback_alignment(item: Item, ctx: Context) -> Outcome:
 async def code_limits(item: Item, ctx: Context) -> Outcome:
     lim = ctx.cfg.limits
     for step in item.code_steps:
-        why = code_limit_reason(step.text, lim.max_ast_depth, lim.max_lines, lim.min_ast_depth)
+        if step.tool == "python":
+            why = code_limit_reason(step.text, lim.max_ast_depth, lim.max_lines, lim.min_ast_depth)
+        else:  # no Python syntax tree to measure: the line count alone
+            why = "too many lines" if code_lines(step.text) > lim.max_lines else None
         if why is not None and not step.expected_error:
             return reject(why)
     return keep(item)
