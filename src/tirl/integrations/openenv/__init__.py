@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from tirl.config import ConfigError
+from tirl.integrations import require_package
 
 OPENENV_VERSION = "0.3.0"  # the openenv-core release this adapter is built and tested against
 INSTALL_HINT = f"pip install 'tirl[openenv]' (openenv-core=={OPENENV_VERSION})"
@@ -36,13 +36,6 @@ def require_openenv() -> None:
     importing it, turn off the telemetry of the packages it pulls in (QUIET_ENV)."""
     for key, value in QUIET_ENV.items():
         os.environ[key] = value
-    try:
-        import openenv
-    except ImportError:
-        raise ConfigError(f"openenv-core is not installed: {INSTALL_HINT}") from None
-    version = getattr(openenv, "__version__", "unknown")
-    if version != OPENENV_VERSION:
-        raise ConfigError(
-            f"openenv-core {version} is installed; tirl's environment server needs"
-            f" {OPENENV_VERSION}: {INSTALL_HINT}"
-        )
+    require_package(
+        "openenv", "openenv-core", OPENENV_VERSION, "tirl's environment server", INSTALL_HINT
+    )

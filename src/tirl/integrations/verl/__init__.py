@@ -10,7 +10,7 @@ install when verl is missing or is another version.
 
 from __future__ import annotations
 
-from tirl.config import ConfigError
+from tirl.integrations import require_package
 
 AGENT_LOOP_NAME = "tirl"  # the name tirl's agent loop is registered under in verl
 VERL_VERSION = "0.9.1"  # the version tirl's plugin is built and tested against
@@ -19,12 +19,4 @@ INSTALL_HINT = f"pip install 'tirl[verl]' (verl=={VERL_VERSION} and the packages
 
 def require_verl() -> None:
     """Raise a one-line ConfigError unless verl VERL_VERSION is importable."""
-    try:
-        import verl
-    except ImportError:
-        raise ConfigError(f"verl is not installed: {INSTALL_HINT}") from None
-    version = getattr(verl, "__version__", "unknown")
-    if version != VERL_VERSION:
-        raise ConfigError(
-            f"verl {version} is installed; tirl's plugin needs verl {VERL_VERSION}: {INSTALL_HINT}"
-        )
+    require_package("verl", "verl", VERL_VERSION, "tirl's plugin", INSTALL_HINT)
