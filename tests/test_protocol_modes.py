@@ -112,14 +112,16 @@ def _chunks(rng: random.Random, text: str, max_size: int) -> list[str]:
     return out
 
 
-def _detect(protocol, chunks: list[str]) -> list[str]:
-    """What a rollout would run: grow the text chunk by chunk; a detection starts a new turn."""
+def _detect(protocol, chunks: list[str], find=None) -> list:
+    """What a rollout would run: grow the text chunk by chunk; a detection starts a new turn.
+    `find`: the detector (default `protocol.closed_block`; `protocol.closed_call` for tools)."""
+    find = find or protocol.closed_block
     executed, turn = [], ""
     for chunk in chunks:
         turn += chunk
-        code = protocol.closed_block(turn)
-        if code is not None:
-            executed.append(code)
+        found = find(turn)
+        if found is not None:
+            executed.append(found)
             turn = ""  # the tool output is appended; detection starts over after it
     return executed
 

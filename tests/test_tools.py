@@ -12,7 +12,13 @@ import asyncio
 import random
 
 import pytest
-from test_protocol_modes import TapeEngine, _check_token_invariants, _chunks, _free_text
+from test_protocol_modes import (
+    TapeEngine,
+    _check_token_invariants,
+    _chunks,
+    _detect,
+    _free_text,
+)
 
 from tirl.config import ConfigError, from_dict
 from tirl.protocol import AGENTMATH_TAGS, CIR_FENCES, PROTOCOLS, Boundary
@@ -83,17 +89,6 @@ def _random_text(rng, protocol):
     return text, calls, marked, prints
 
 
-def _detect(protocol, chunks):
-    executed, turn = [], ""
-    for chunk in chunks:
-        turn += chunk
-        call = protocol.closed_call(turn)
-        if call is not None:
-            executed.append(call)
-            turn = ""
-    return executed
-
-
 @pytest.mark.parametrize("max_chunk", [1, 3, 8])
 @pytest.mark.parametrize("protocol", ALL, ids=_ids)
 def test_every_tools_block_runs_once_when_complete_and_never_half_written(protocol, max_chunk):
@@ -102,7 +97,8 @@ def test_every_tools_block_runs_once_when_complete_and_never_half_written(protoc
     for _ in range(150):
         text, calls, marked, _ = _random_text(rng, protocol)
         expected = calls if protocol.boundary is EXACT else marked
-        assert _detect(protocol, _chunks(rng, text, max_chunk)) == expected
+        found = _detect(protocol, _chunks(rng, text, max_chunk), protocol.closed_call)
+        assert found == expected
         seen |= {tool for tool, _ in expected}
     assert seen == set(BOTH)  # both tools were exercised
     for _ in range(20):
