@@ -273,12 +273,16 @@ async def close_channels(channels: set[ServerChannel]) -> None:
 
 class Unreachable(SandboxError):
     """The server did not answer. `sent`: the request may have reached it (and run).
-    `server_down`: the server itself failed (else only an old connection to it is gone)."""
+    `server_down`: the server itself failed (else only an old connection to it is gone).
+    `timed_out`: no reply in time on a connection that is still open."""
 
-    def __init__(self, message: str, sent: bool, server_down: bool = True) -> None:
+    def __init__(
+        self, message: str, sent: bool, server_down: bool = True, timed_out: bool = False
+    ) -> None:
         super().__init__(message)
         self.sent = sent
         self.server_down = server_down
+        self.timed_out = timed_out
 
 
 class Connection:
@@ -339,6 +343,7 @@ class Channel:
             raise Unreachable(
                 f"the sandbox server at {self.url} did not answer within {timeout_s:g} s",
                 sent=True,
+                timed_out=True,
             )
         body = answer.get("body")
         return (

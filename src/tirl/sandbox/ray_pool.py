@@ -96,7 +96,7 @@ import ray
 import ray.exceptions
 
 from tirl.sandbox.api import SandboxClient, SandboxError, SessionBase
-from tirl.sandbox.channel import result_from_wire, result_to_wire
+from tirl.sandbox.channel import Unreachable, result_from_wire, result_to_wire
 from tirl.sandbox.local import (
     DEFAULT_PRELOAD,
     EXIT_WAIT_S,
@@ -105,16 +105,20 @@ from tirl.sandbox.local import (
     SandboxLimits,
     Session,
 )
+from tirl.sandbox.ray_socket import ActorEndpoint, ActorSocket
 from tirl.sandbox.result import ExecResult, Status
 
 MAX_CONCURRENCY = 1000  # concurrent calls per actor: cells mostly wait, so many can be in flight
 MAILBOX_METHODS = frozenset({"create", "run", "fork", "close", "run_once"})  # through `exchange`
+SOCKET_METHODS = frozenset({"run", "run_once"})  # over the actor's socket (data_path "socket")
+DATA_PATHS = ("socket", "ray")
 POLL_WAIT_S = 10.0  # an exchange waits this long for a reply before it returns empty
 MAX_WAITING = 64  # exchanges waiting on one actor (each holds one of its MAX_CONCURRENCY slots)
 COALESCE_S = 0.005  # with COALESCE_MIN_RUNNING requests running, an exchange waits this long
 COALESCE_MIN_RUNNING = 16  # for more replies before it returns (one actor call carries them all)
 RPC_MARGIN_S = 30.0  # added to every remote call's own bound before it counts as lost
 ACTOR_START_S = 60.0  # a Ray worker process start, on top of the zygote's START_TIMEOUT_S
+PROBE_RETRY_S = 0.2  # asking Ray about an actor it calls unavailable (restarting): again after
 # A proxy on a loopback port where nothing listens: HTTP requests by Ray's own processes fail
 # there instead of reaching cloud metadata services. Port 9 is "discard".
 DEAD_PROXY = "http://127.0.0.1:9"
@@ -196,11 +200,23 @@ class SandboxActor:
     sandbox is started (lazily, by `ready`). Results cross the wire as `ExecResult.to_dict()`.
     """
 
-    def __init__(self, limits: SandboxLimits, preload: tuple[str, ...], pool_size: int) -> None:
+    def __init__(
+        self,
+        limits: SandboxLimits,
+        preload: tuple[str, ...],
+        pool_size: int,
+        endpoint_host: str | None = None,
+        serve_socket: bool = True,
+    ) -> None:
         self._sandbox = Sandbox(limits, preload=preload, pool_size=pool_size)
         self._sessions: dict[str, Session] = {}
         self._cells: Counter[str] = Counter()
         self._boxes: dict[tuple[str, int], _Box] = {}
+        self._boot = secrets.token_hex(8)  # this process of the actor (Ray may restart it)
+        self._endpoint = ActorEndpoint(self, limits.timeout_s) if serve_socket else None
+        self._endpoint_host = endpoint_host
+        self._starting = asyncio.Lock()
+        self._exchanged = 0  # requests that came through `exchange` (the Ray data path)
 
     async def exchange(
         self,
@@ -224,6 +240,7 @@ class SandboxActor:
             if task is not None:
                 task.cancel()
         loop = asyncio.get_running_loop()
+        self._exchanged += len(calls)
         for rid, method, args in calls:
             box.tasks[rid] = loop.create_task(self._serve(box, rid, method, args))
         if not box.ready and wait_s > 0 and len(box.waiters) < MAX_WAITING:
@@ -265,21 +282,32 @@ class SandboxActor:
                 wake -= 1
 
     async def ready(self) -> dict[str, Any]:
-        """Start the sandbox (zygote and preloads) and say where this actor runs."""
-        # Ray runs this loop in a thread that blocks SIGINT; the zygote clears the mask it
-        # inherits, so cells still get their timeout interrupt.
-        await self._sandbox.start()
+        """Start the sandbox (zygote and preloads) and the socket endpoint, and say where this
+        actor runs: its pid, node, zygote, `boot` (names this process of the actor), and the
+        endpoint's `url` and `key` (None without one). Called again, says the same."""
+        async with self._starting:
+            # Ray runs this loop in a thread that blocks SIGINT; the zygote clears the mask it
+            # inherits, so cells still get their timeout interrupt.
+            await self._sandbox.start()
+            endpoint = self._endpoint
+            if endpoint is not None and endpoint.url is None:
+                # On a worker, Ray's node address comes from its raylet (no network lookup).
+                await endpoint.start(self._endpoint_host or ray.util.get_node_ip_address())
         return {
             "pid": os.getpid(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "zygote_pid": self._sandbox.zygote_pid,
+            "boot": self._boot,
+            "url": endpoint.url if endpoint else None,
+            "key": endpoint.key if endpoint else None,
         }
 
     async def create(self, sid: str) -> str:
+        """Open session `sid`; returns `boot` (which process of the actor holds it)."""
         if sid in self._sessions:
             raise SandboxError(f"session id {sid} is already in use on this sandbox actor")
         self._sessions[sid] = await self._sandbox.session()
-        return sid
+        return self._boot
 
     async def run(self, sid: str, code: str, timeout_s: float | None) -> dict[str, Any]:
         """`ExecResult.to_dict()` plus "alive": whether the session survived the cell."""
@@ -322,12 +350,18 @@ class SandboxActor:
             "session_pids": {sid: s.pid for sid, s in live.items()},
             "pool_ready": len(self._sandbox._pool),  # forked, waiting for a create
             "cells": dict(self._cells),
+            "requests": {  # by data path
+                "ray": self._exchanged,
+                "socket": self._endpoint.requests if self._endpoint else 0,
+            },
         }
 
     async def shutdown(self) -> None:
         """Kill every session and the zygote before the actor itself is killed."""
         self._sessions.clear()
         await self._sandbox.close()
+        if self._endpoint is not None:
+            await self._endpoint.close()
 
 
 class _Box:
@@ -487,19 +521,24 @@ def _expire(reply: asyncio.Future) -> None:
 class _ActorSlot:
     """One sandbox actor as the pool sees it: its handle, where it runs, and its sessions.
 
-    The only asyncio objects it holds are in its `_Mailbox`, which it replaces when called
-    from another event loop, so a pool can be used from one event loop after another."""
+    The only asyncio objects it holds are in its `_Mailbox` and `ActorSocket`, which it
+    replaces when called from another event loop, so a pool can be used from one event loop
+    after another."""
 
-    def __init__(self, index: int, handle: ray.actor.ActorHandle) -> None:
+    def __init__(self, index: int, handle: ray.actor.ActorHandle, data_path: str) -> None:
         self.index = index
         self.handle = handle
+        self.data_path = data_path
         self.ready_ref = handle.ready.remote()
-        self.info: dict[str, Any] | None = None  # what `ready` returned
+        self.info: dict[str, Any] | None = None  # what `ready` returned (again after a restart)
         self.dead_reason: str | None = None
         self.session_ids: set[str] = set()  # sessions placed here (and run_once calls running)
         self._token = secrets.token_hex(4)  # names this caller's mailboxes on the actor
         self._mailbox: _Mailbox | None = None
         self._generation = 0
+        self._socket: ActorSocket | None = None
+        self._probe: ray.ObjectRef | None = None  # a `ready` call asking after a socket failed
+        self._background: set[asyncio.Task] = set()
 
     @property
     def label(self) -> str:
@@ -521,16 +560,140 @@ class _ActorSlot:
                 self.kill()
             raise _ActorGone(f"the {self.label} died: {self.dead_reason}") from e
 
-    async def call(self, method: str, *args: Any, timeout: float, cancel: bool = False) -> Any:
-        """One remote call. Raises _ActorGone if the actor is (or turns out to be) dead,
-        SandboxError if the method raised, asyncio.TimeoutError if it did not answer in time."""
+    async def call(
+        self,
+        method: str,
+        *args: Any,
+        timeout: float,
+        cancel: bool = False,
+        boot: str | None = None,
+    ) -> Any:
+        """One remote call. Raises _ActorGone if the actor is (or turns out to be) dead, or no
+        longer the process `boot` of a session, SandboxError if the method raised,
+        asyncio.TimeoutError if it did not answer in time."""
         if self.dead_reason is not None:
             raise _ActorGone(f"the {self.label} died: {self.dead_reason}")
         await self.wait_ready()
+        if method in SOCKET_METHODS and self.data_path == "socket":
+            return await self._over_socket(method, args, timeout, cancel, boot)
         if method in MAILBOX_METHODS:
             return await self._box().call(method, args, timeout, cancel)
         ref = getattr(self.handle, method).remote(*args)
         return await self._call_ref(ref, timeout, cancel)
+
+    def same_process(self, boot: str | None) -> bool:
+        """Whether the actor is still the process that made a session (`create`'s `boot`)."""
+        return boot is None or self.info is None or self.info["boot"] == boot
+
+    # -- the socket data path (tirl.sandbox.ray_socket) -----------------------------------
+
+    async def _over_socket(
+        self, method: str, args: tuple, timeout: float, cancel: bool, boot: str | None
+    ) -> dict[str, Any]:
+        """`run` or `run_once` over the actor's socket, as `call` answers them. When the socket
+        fails, Ray says whether the actor lives (see "Failures" in the module docstring)."""
+        if method == "run":
+            sid, code, timeout_s = args
+            msg = {"op": "run", "session": sid, "code": code, "timeout_s": timeout_s}
+        else:
+            sid, (code, timeout_s) = None, args
+            msg = {"op": "run_once", "code": code, "timeout_s": timeout_s}
+        for attempt in range(2):
+            self._check_process(boot)
+            try:
+                status, body, alive = await self._current_socket().request(msg, timeout)
+            except Unreachable as e:
+                if e.timed_out:
+                    if cancel and sid is not None:
+                        self._close_later(sid)
+                    raise asyncio.TimeoutError from None
+                await self.refresh()  # _ActorGone if the actor is dead
+                self._check_process(boot)
+                if e.sent or attempt:  # the cell may have run; its reply is lost
+                    if sid is not None:
+                        self._close_later(sid)
+                    raise SandboxError(f"lost the socket to the {self.label} ({e})") from None
+                continue  # the actor lives and the request did not leave: send it again
+            except asyncio.CancelledError:
+                if cancel and sid is not None:
+                    self._close_later(sid)  # ends a running cell, as a cancelled local run does
+                raise
+            if status != 200:
+                raise SandboxError(f"the {self.label} answered {status}: {body.get('error')}")
+            if method == "run":
+                body["alive"] = alive
+            return body
+        raise AssertionError("unreachable")
+
+    def _check_process(self, boot: str | None) -> None:
+        if not self.same_process(boot):
+            raise _ActorGone(
+                f"the {self.label} died and Ray restarted it; the sessions of its old process"
+                " died with it"
+            )
+
+    def _current_socket(self) -> ActorSocket:
+        assert self.info is not None
+        loop = asyncio.get_running_loop()
+        sock = self._socket
+        if sock is None or sock.loop is not loop or sock.url != self.info["url"]:
+            if sock is not None and sock.loop is loop:  # the actor restarted elsewhere
+                self._spawn(sock.close())
+            sock = self._socket = ActorSocket(self.info["url"], self.info["key"])
+        return sock
+
+    async def refresh(self) -> None:
+        """After the socket failed: ask Ray whether the actor lives and where its endpoint is
+        now (a restarted actor has a new one). Raises _ActorGone if the actor is dead. One
+        `ready` call answers every session that asks at the same time."""
+        bound = START_TIMEOUT_S + ACTOR_START_S
+        deadline = time.monotonic() + bound
+        while True:
+            if self.dead_reason is not None:
+                raise _ActorGone(f"the {self.label} died: {self.dead_reason}")
+            if self._probe is None:
+                self._probe = self.handle.ready.remote()
+            ref = self._probe
+            try:
+                info = await _await_ref(ref, max(deadline - time.monotonic(), 0.0), False)
+            except ray.exceptions.ActorUnavailableError:  # restarting: ask again
+                await asyncio.sleep(PROBE_RETRY_S)
+                continue
+            except asyncio.TimeoutError:
+                if self.dead_reason is None:
+                    self.dead_reason = f"it did not answer Ray within {bound:.0f} s"
+                    self.kill()
+                continue
+            except ray.exceptions.RayTaskError as e:
+                raise SandboxError(f"the {self.label} failed: {_short(e.cause or e)}") from e
+            except ray.exceptions.RayError as e:  # the actor, its worker or its node is gone
+                if self.dead_reason is None:
+                    self.dead_reason = _short(e)
+                continue
+            finally:
+                if self._probe is ref:
+                    self._probe = None  # the next failure asks again
+            self.info = info
+            return
+
+    def _close_later(self, sid: str) -> None:
+        """End session `sid` on the actor without waiting (its cell's reply will not come)."""
+
+        async def close() -> None:
+            with contextlib.suppress(SandboxError, asyncio.TimeoutError):
+                await self.call("close", sid, timeout=EXIT_WAIT_S + RPC_MARGIN_S)
+
+        self._spawn(close())
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def close_socket(self) -> None:
+        sock, self._socket = self._socket, None
+        if sock is not None and sock.loop is asyncio.get_running_loop():
+            await sock.close()
 
     def _box(self) -> _Mailbox:
         loop = asyncio.get_running_loop()
@@ -562,17 +725,21 @@ class RaySession(SessionBase):
 
     `id` is stable across `restore()`, which may move the session to another actor."""
 
-    def __init__(self, pool: RaySandboxPool, sid: str, slot: _ActorSlot) -> None:
+    def __init__(self, pool: RaySandboxPool, sid: str, slot: _ActorSlot, boot: str) -> None:
         self.id = sid
         self.history: list[str] = []
         self._pool = pool
         self._slot = slot
+        self._boot = boot  # the process of the actor that holds it (`create` says which)
         self._dead_reason: str | None = None
         self._closed = False
 
     @property
     def alive(self) -> bool:
-        return self._dead_reason is None and self._slot.dead_reason is None
+        slot = self._slot
+        return (
+            self._dead_reason is None and slot.dead_reason is None and slot.same_process(self._boot)
+        )
 
     @property
     def actor(self) -> ray.actor.ActorHandle:
@@ -592,11 +759,19 @@ class RaySession(SessionBase):
     async def _execute(self, code: str, timeout_s: float | None) -> ExecResult:
         started = time.monotonic()
         if not self.alive:
-            reason = self._dead_reason or f"the {self._slot.label} died: {self._slot.dead_reason}"
+            slot = self._slot
+            reason = self._dead_reason or (
+                f"the {slot.label} died: {slot.dead_reason}"
+                if slot.dead_reason is not None
+                else f"the {slot.label} died and Ray restarted it; the sessions of its old"
+                " process died with it"
+            )
             return self._killed(reason, started)
         bound = self._pool._run_bound(timeout_s)
         try:
-            d = await self._slot.call("run", self.id, code, timeout_s, timeout=bound, cancel=True)
+            d = await self._slot.call(
+                "run", self.id, code, timeout_s, timeout=bound, cancel=True, boot=self._boot
+            )
         except _ActorGone as e:
             return self._killed(str(e), started)
         except SandboxError as e:
@@ -623,11 +798,11 @@ class RaySession(SessionBase):
             if isinstance(e, asyncio.TimeoutError):
                 raise SandboxError(f"the {self._slot.label} did not finish a fork in time") from e
             raise
-        return RaySession(self._pool, child_id, self._slot)
+        return RaySession(self._pool, child_id, self._slot, self._boot)
 
     async def _replace(self) -> None:
         await self.close()
-        self._slot = await self._pool._create_remote(self.id)
+        self._slot, self._boot = await self._pool._create_remote(self.id)
         self._dead_reason, self._closed = None, False
 
     async def close(self) -> None:
@@ -636,7 +811,7 @@ class RaySession(SessionBase):
             return
         self._closed = True
         self._mark_dead("the session was closed")
-        if self._slot.dead_reason is None:
+        if self._slot.dead_reason is None and self._slot.same_process(self._boot):
             with contextlib.suppress(SandboxError, asyncio.TimeoutError):
                 await self._slot.call("close", self.id, timeout=EXIT_WAIT_S + self._pool.margin_s)
 
@@ -646,8 +821,13 @@ class RaySandboxPool(SandboxClient):
 
     limits, preload, pool_size: as for `tirl.sandbox.local.Sandbox`, per actor.
     num_cpus: CPUs each actor reserves (0 by default, see the module docstring).
-    actor_options: more `ActorClass.options(...)` for each actor (resources, runtime_env, ...).
+    actor_options: more `ActorClass.options(...)` for each actor (resources, runtime_env,
+        max_restarts, ...).
     rpc_margin_s: slack on top of a call's own bound before the call counts as lost.
+    data_path: how cells reach the actors: "socket" (default; each actor's WebSocket endpoint,
+        see tirl.sandbox.ray_socket) or "ray" (`exchange` actor calls, about 2 ms more a cell).
+    endpoint_host: the address each actor's endpoint binds (default: its node's address as Ray
+        knows it).
     If Ray is not initialized, `start()` starts a loopback-only local cluster (`init_local_ray`),
     which stays up after `close()`. The pool works from any event loop, one after another.
     """
@@ -661,9 +841,15 @@ class RaySandboxPool(SandboxClient):
         num_cpus: float = 0,
         actor_options: dict[str, Any] | None = None,
         rpc_margin_s: float = RPC_MARGIN_S,
+        data_path: str = "socket",
+        endpoint_host: str | None = None,
     ) -> None:
         if num_actors < 1:
             raise ValueError(f"num_actors must be at least 1, got {num_actors}")
+        if data_path not in DATA_PATHS:
+            raise ValueError(f"data_path must be one of {', '.join(DATA_PATHS)}, got {data_path!r}")
+        self.data_path = data_path
+        self.endpoint_host = endpoint_host
         self.num_actors = num_actors
         self.limits = limits or SandboxLimits()
         self.preload = tuple(preload)
@@ -707,6 +893,8 @@ class RaySandboxPool(SandboxClient):
 
     async def _stop(self, slot: _ActorSlot) -> None:
         slot.session_ids.clear()
+        with contextlib.suppress(Exception):
+            await slot.close_socket()
         if slot.dead_reason is None and slot.info is not None:  # else killing it is enough
             with contextlib.suppress(SandboxError, asyncio.TimeoutError):
                 await slot.call("shutdown", timeout=10.0 + self.margin_s)
@@ -716,7 +904,14 @@ class RaySandboxPool(SandboxClient):
 
     def _new_slot(self, index: int) -> _ActorSlot:
         actor = SandboxActor.options(**self._options)
-        return _ActorSlot(index, actor.remote(self.limits, self.preload, self.pool_size))
+        handle = actor.remote(
+            self.limits,
+            self.preload,
+            self.pool_size,
+            self.endpoint_host,
+            self.data_path == "socket",
+        )
+        return _ActorSlot(index, handle, self.data_path)
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -727,7 +922,7 @@ class RaySandboxPool(SandboxClient):
     async def session(self) -> RaySession:
         """A new session on the actor with the fewest live sessions."""
         sid = secrets.token_hex(6)
-        return RaySession(self, sid, await self._create_remote(sid))
+        return RaySession(self, sid, *await self._create_remote(sid))
 
     async def run_once(self, code: str, timeout_s: float | None = None) -> ExecResult:
         """Run `code` in a fresh session on the least-loaded actor, in one round trip."""
@@ -745,15 +940,18 @@ class RaySandboxPool(SandboxClient):
             slot.session_ids.discard(token)
         return result_from_wire(d, time.monotonic() - started)
 
-    async def _create_remote(self, sid: str) -> _ActorSlot:
-        """Create session `sid` on the least-loaded live actor, moving on if that one is dead."""
+    async def _create_remote(self, sid: str) -> tuple[_ActorSlot, str]:
+        """Create session `sid` on the least-loaded live actor, moving on if that one is dead;
+        returns the actor and its process that holds the session (`create`'s `boot`)."""
         last_error: Exception | None = None
         for _ in range(self.num_actors + 1):
             slot = await self._live_slot()
             slot.session_ids.add(sid)  # before awaiting, so concurrent calls spread out
             try:
-                await slot.call("create", sid, timeout=self._slow_bound())
-                return slot
+                boot = await slot.call("create", sid, timeout=self._slow_bound())
+                if not slot.same_process(boot):  # Ray restarted it: learn its new endpoint
+                    await slot.refresh()
+                return slot, boot
             except _ActorGone as e:
                 slot.session_ids.discard(sid)
                 last_error = e
