@@ -2,9 +2,10 @@
 
     python bench/ray_overhead.py [--cells 300] [--runs 3]
 
-`bench/sandbox_service.py` measured a trivial cell alone at +2.26 ms over the in-process API
-through `RaySandboxPool`, against +0.41 ms through a `tirl sandbox serve` channel. This times,
-on one loopback-only local Ray cluster, in one run (interleaved, medians of per-run p50s):
+`bench/sandbox_service.py` measured a trivial cell alone at +2.67 ms over the in-process API
+through `RaySandboxPool` when every cell was a Ray call, against +0.33 ms through a
+`tirl sandbox serve` channel. This times, on one loopback-only local Ray cluster, in one run
+(interleaved, medians of per-run p50s):
 
 - `in process`: `Sandbox` in this process, `1 + 1` on one session (the baseline);
 - `Ray floor, ray.get`: a no-op method of a bare async actor, called and waited for with
@@ -13,11 +14,15 @@ on one loopback-only local Ray cluster, in one run (interleaved, medians of per-
   to the caller's event loop through a future set from its own thread);
 - `direct actor call`: the pool actor's own `run` method called with `.remote` and awaited, on
   a session made on it (the cell and its result's wire dict, without the pool's mailbox);
-- `pool cell`: `RaySession.run("1 + 1")` through `RaySandboxPool` (one `exchange` actor call
-  carrying the cell).
+- `pool cell, data_path=ray`: `RaySession.run("1 + 1")` through `RaySandboxPool(data_path=
+  "ray")` (one `exchange` actor call carrying the cell);
+- `pool cell, data_path=socket`: the same through the default pool, whose cells go over each
+  actor's WebSocket endpoint (tirl.sandbox.ray_socket), not as Ray calls.
 
-So `pool cell - in process` is the overhead; `direct - floor` is what the cell and its reply
-add to a bare actor call, and `pool - direct` what the mailbox adds. Network: the cluster binds to 127.0.0.1 only.
+So `pool cell - in process` is the overhead of each data path (the goal: at most 1 ms);
+`direct - floor` is what the cell and its reply add to a bare actor call, and `pool (ray) -
+direct` what the mailbox adds. Network: the cluster and the actors' endpoints bind to
+127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -55,12 +60,17 @@ async def time_calls(call, n: int) -> list[float]:
     return out
 
 
-async def one_run(n: int, local_session, pool_session, actor, sid, echo) -> dict[str, float]:
+async def one_run(
+    n: int, local_session, ray_session, socket_session, actor, sid, echo
+) -> dict[str, float]:
     async def local(_i):
         await local_session.run(CELL)
 
-    async def pool(_i):
-        await pool_session.run(CELL)
+    async def over_ray(_i):
+        await ray_session.run(CELL)
+
+    async def over_socket(_i):
+        await socket_session.run(CELL)
 
     async def direct(_i):
         await actor.run.remote(sid, CELL, None)
@@ -76,7 +86,8 @@ async def one_run(n: int, local_session, pool_session, actor, sid, echo) -> dict
         "Ray floor, ray.get": p50_ms(await time_calls(floor_get, n)),
         "Ray floor, await": p50_ms(await time_calls(floor_await, n)),
         "direct actor call": p50_ms(await time_calls(direct, n)),
-        "pool cell": p50_ms(await time_calls(pool, n)),
+        "pool cell, data_path=ray": p50_ms(await time_calls(over_ray, n)),
+        "pool cell, data_path=socket": p50_ms(await time_calls(over_socket, n)),
     }
     return row
 
@@ -85,28 +96,39 @@ async def main_async(cells: int, runs: int) -> list[dict[str, float]]:
     init_local_ray(num_cpus=2)
     echo = Echo.remote()
     ray.get(echo.ping.remote(0))
-    pool = RaySandboxPool(1, limits=LIMITS, pool_size=4)
-    await pool.start()
+    ray_pool = RaySandboxPool(1, limits=LIMITS, pool_size=4, data_path="ray")
+    socket_pool = RaySandboxPool(1, limits=LIMITS, pool_size=4, data_path="socket")
+    await ray_pool.start()
+    await socket_pool.start()
     rows = []
     try:
         async with Sandbox(LIMITS, pool_size=4) as box:
-            local_session, pool_session = await box.session(), await pool.session()
-            actor, sid = pool.actors[0], "bench-direct"
+            local_session = await box.session()
+            ray_session, socket_session = await ray_pool.session(), await socket_pool.session()
+            actor, sid = ray_pool.actors[0], "bench-direct"
             await actor.create.remote(sid)
             for _ in range(20):  # warm every path
                 await local_session.run(CELL)
-                await pool_session.run(CELL)
+                await ray_session.run(CELL)
+                await socket_session.run(CELL)
                 await actor.run.remote(sid, CELL, None)
             for r in range(runs):
-                rows.append(await one_run(cells, local_session, pool_session, actor, sid, echo))
+                rows.append(
+                    await one_run(
+                        cells, local_session, ray_session, socket_session, actor, sid, echo
+                    )
+                )
                 print(
                     f"run {r + 1}/{runs}: " + ", ".join(f"{k} {v:.2f}" for k, v in rows[-1].items())
                 )
+            requests = (await socket_pool.stats())["actors"][0]["requests"]
+            print(f"socket pool actor, requests by data path: {requests}")
             await actor.close.remote(sid)
-            await local_session.close()
-            await pool_session.close()
+            for s in (local_session, ray_session, socket_session):
+                await s.close()
     finally:
-        await pool.close()
+        await ray_pool.close()
+        await socket_pool.close()
         ray.shutdown()
     return rows
 
@@ -125,12 +147,16 @@ def main() -> None:
     for k in med:
         print(f"| {k} | {med[k]:.2f} | {med[k] - base:+.2f} |")
     floor = med["Ray floor, await"]
+    over_ray, over_socket = med["pool cell, data_path=ray"], med["pool cell, data_path=socket"]
     print(
-        f"\npool cell {med['pool cell']:.2f} ms = a bare Ray actor call {floor:.2f}"
+        f"\ndata_path=ray: pool cell {over_ray:.2f} ms = a bare Ray actor call {floor:.2f}"
         f" + the cell and its reply in the actor {med['direct actor call'] - floor:.2f}"
         f" (the cell alone, in process: {base:.2f}) + the pool's mailbox"
-        f" {med['pool cell'] - med['direct actor call']:.2f}; Ray's floor is"
-        f" {floor / (med['pool cell'] - base):.0%} of the {med['pool cell'] - base:.2f} ms overhead"
+        f" {over_ray - med['direct actor call']:.2f}"
+    )
+    print(
+        f"data_path=socket: pool cell {over_socket:.2f} ms, {over_socket - base:+.2f} over in"
+        f" process (goal: at most +1 ms; a bare Ray actor call alone is {floor - base:+.2f})"
     )
 
 
