@@ -225,9 +225,16 @@ async def _one_run(
     admission: str,
     kv_cache: str = "slots",
     on_engine=None,
+    fused: bool | None = None,
 ) -> dict:
     engine = HFEngine(
-        model, eos_id=-1, max_batch=w.max_batch, admission=admission, seed=0, kv_cache=kv_cache
+        model,
+        eos_id=-1,
+        max_batch=w.max_batch,
+        admission=admission,
+        seed=0,
+        kv_cache=kv_cache,
+        fused=fused,
     )
     if on_engine is not None:  # the profile's timers
         on_engine(engine)
@@ -255,24 +262,43 @@ async def _one_run(
 
 
 CACHES = ("slots", "padded")  # the slot cache, and the padded cache it replaced (the baseline)
+# How each step's forward pass runs: label -> (kv_cache, fused). "slots+fused": the slot cache,
+# its pass run from the weights (`tirl.backends.fused`, issue 30: the engine's default for
+# Qwen2/Llama); "slots": the slot cache through the model's modules (the baseline of issue
+# 30); "padded": the padded cache (the baseline of issue 17).
+SETUPS = {"slots+fused": ("slots", True), "slots": ("slots", False), "padded": ("padded", False)}
+
+
+def setups_for(kv_cache: str = "both", fast_path: str = "both") -> tuple[str, ...]:
+    """The `SETUPS` that `--kv-cache` and `--fast-path` select."""
+    out = []
+    if kv_cache in ("both", "slots"):
+        out += {"both": ["slots+fused", "slots"], "on": ["slots+fused"], "off": ["slots"]}[
+            fast_path
+        ]
+    if kv_cache in ("both", "padded"):
+        out.append("padded")
+    return tuple(out)
 
 
 def run_part_b(
-    w: EngineWorkload, reps: int, hidden: int = 128, caches=CACHES
+    w: EngineWorkload, reps: int, hidden: int = 128, setups=("slots+fused", "slots", "padded")
 ) -> dict[tuple[str, str], list[dict]]:
-    """{(admission, kv cache): [result per repetition]}; repetition r runs workload seed r in
+    """{(admission, setup): [result per repetition]}; repetition r runs workload seed r in
     every configuration, in an order reversed every other repetition (load drifts)."""
     torch.set_num_threads(1)
     model = tiny_qwen2(hidden)
-    for kv_cache in caches:  # warm-up, not measured
-        asyncio.run(_one_run(model, draw(w, 999)[:4], w, "continuous", kv_cache))
-    configs = [(adm, kv) for kv in caches for adm in ("static", "continuous")]
+    for setup in setups:  # warm-up, not measured
+        kv_cache, fused = SETUPS[setup]
+        asyncio.run(_one_run(model, draw(w, 999)[:4], w, "continuous", kv_cache, fused=fused))
+    configs = [(adm, setup) for setup in setups for adm in ("static", "continuous")]
     results: dict[tuple[str, str], list[dict]] = {c: [] for c in configs}
     for rep in range(reps):
         plans = draw(w, rep)
-        for admission, kv_cache in configs if rep % 2 == 0 else configs[::-1]:
-            run = asyncio.run(_one_run(model, plans, w, admission, kv_cache))
-            results[(admission, kv_cache)].append(run)
+        for admission, setup in configs if rep % 2 == 0 else configs[::-1]:
+            kv_cache, fused = SETUPS[setup]
+            run = asyncio.run(_one_run(model, plans, w, admission, kv_cache, fused=fused))
+            results[(admission, setup)].append(run)
     return results
 
 
@@ -287,30 +313,30 @@ def _ratios(results, num: tuple[str, str], den: tuple[str, str]) -> str:
 def table_b(results: dict[tuple[str, str], list[dict]]) -> str:
     med = {c: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for c, rs in results.items()}
     rows = [
-        "| admission | KV cache | model tokens | wall time (s) | process CPU (s) | tokens/s"
+        "| admission | forward pass | model tokens | wall time (s) | process CPU (s) | tokens/s"
         " | decode steps | rows per step | forward passes | re-padded steps | rows copied |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for (adm, kv), m in med.items():
+    for (adm, setup), m in med.items():
         rows.append(
-            f"| {adm} | {kv} | {m['tokens']:,.0f} | {m['wall_s']:.2f} | {m['cpu_s']:.2f}"
+            f"| {adm} | {setup} | {m['tokens']:,.0f} | {m['wall_s']:.2f} | {m['cpu_s']:.2f}"
             f" | {m['tokens_per_s']:,.0f}"
             f" | {m['steps']:,.0f} | {m['occupancy']:.2f} | {m['forwards']:,.0f}"
             f" | {m['repads']:,.0f} | {m['rows_copied']:,.0f} |"
         )
-    caches = sorted({kv for _, kv in results}, key=CACHES.index)
+    setups = sorted({setup for _, setup in results}, key=list(SETUPS).index)
     rows.append("")
-    for kv in caches:
+    for setup in setups:
         rows.append(
-            f"- continuous / static tokens/s, {kv} cache: "
-            + _ratios(results, ("continuous", kv), ("static", kv))
+            f"- continuous / static tokens/s, {setup}: "
+            + _ratios(results, ("continuous", setup), ("static", setup))
         )
-    if len(caches) == 2:
-        for adm in ("static", "continuous"):
-            rows.append(
-                f"- slots / padded tokens/s, {adm}: "
-                + _ratios(results, (adm, "slots"), (adm, "padded"))
-            )
+    for new, old in (("slots+fused", "slots"), ("slots", "padded")):
+        if new in setups and old in setups:
+            for adm in ("static", "continuous"):
+                rows.append(
+                    f"- {new} / {old} tokens/s, {adm}: " + _ratios(results, (adm, new), (adm, old))
+                )
     return "\n".join(rows)
 
 
@@ -526,9 +552,8 @@ def part_a(a) -> None:
 
 def part_b(a) -> None:
     w = EngineWorkload(trajectories=24) if a.quick else EngineWorkload()
-    caches = CACHES if a.kv_cache == "both" else (a.kv_cache,)
     t0, load0 = time.perf_counter(), os.getloadavg()
-    results = run_part_b(w, a.reps, a.hidden, caches)
+    results = run_part_b(w, a.reps, a.hidden, setups_for(a.kv_cache, a.fast_path))
     load1 = os.getloadavg()
     print(f"\n## HFEngine on CPU: static vs continuous batching (medians of {a.reps} reps)\n")
     print(table_b(results))
@@ -563,6 +588,13 @@ def main() -> None:
         choices=("both", *CACHES),
         default="both",
         help="part b: the KV cache(s) to run; both: the padded one is the baseline",
+    )
+    ap.add_argument(
+        "--fast-path",
+        choices=("both", "on", "off"),
+        default="both",
+        help="part b, slot cache: its forward pass fused from the weights (on), through the"
+        " model's modules (off, the baseline), or both in the same run",
     )
     ap.add_argument(
         "--profile",

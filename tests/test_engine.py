@@ -18,9 +18,14 @@ def _reference_logprobs(model, ids: list[int], start: int, sampled: list[int]) -
     return [logp[start - 1 + j, t].item() for j, t in enumerate(sampled)]
 
 
-@pytest.mark.parametrize("kv_cache", ["slots", "padded"])
-def test_ragged_batched_generation_matches_full_forward(tiny_model, tokenizer, kv_cache):
-    engine = HFEngine(tiny_model, tokenizer.eos_token_id, max_batch=5, seed=0, kv_cache=kv_cache)
+@pytest.mark.parametrize(
+    ("kv_cache", "fused"), [("slots", True), ("slots", False), ("padded", None)]
+)
+def test_ragged_batched_generation_matches_full_forward(tiny_model, tokenizer, kv_cache, fused):
+    engine = HFEngine(
+        tiny_model, tokenizer.eos_token_id, max_batch=5, seed=0, kv_cache=kv_cache, fused=fused
+    )
+    assert engine.fused is bool(fused)
     prompts = [
         tokenizer(f"Problem: Compute {i} * {i + 7}.\n")["input_ids"][: 5 + i] for i in range(9)
     ]
@@ -131,11 +136,15 @@ def test_static_admission_waits_for_the_whole_batch_before_new_keys(tiny_model, 
     assert held_a and held_b and len(out.ids) == 3
 
 
-def _seeded_workload(model, prompts, kv_cache: str, admission: str = "continuous"):
+def _seeded_workload(
+    model, prompts, kv_cache: str, admission: str = "continuous", fused: bool | None = None
+):
     """More keys than rows, ragged prompts and tool outputs, calls of different lengths (rows
     leave at different steps and others take them), seeded, unseeded and greedy calls, and a
     key released and reused for a new sequence. Returns every call's ids and log-probs."""
-    engine = HFEngine(model, -1, max_batch=3, seed=5, kv_cache=kv_cache, admission=admission)
+    engine = HFEngine(
+        model, -1, max_batch=3, seed=5, kv_cache=kv_cache, admission=admission, fused=fused
+    )
 
     async def one(key, prompt):
         outs = []
@@ -364,3 +373,185 @@ def test_slot_engines_on_one_model_in_two_threads_overlap_and_leave_its_attentio
         assert [ids for ids, _ in got] == [ids for ids, _ in alone]
     after, _ = _seeded_workload(tiny_model, prompts, "padded")  # the model's own attention
     assert [ids for ids, _ in after] == [ids for ids, _ in alone]
+
+
+# ---------------------------------------------------------------- the fused pass (issue 30)
+
+
+def _llama(**overrides):
+    """A tiny Llama with grouped-query attention, biases in attention and MLP, and a head
+    size that is not hidden / heads: every branch the fused pass has."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=96,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        attention_bias=True,
+        mlp_bias=True,
+        max_position_embeddings=256,
+        **overrides,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("admission", ["continuous", "static"])
+def test_fused_pass_samples_the_ids_and_logprobs_of_the_model_modules(
+    tiny_model, tokenizer, admission
+):
+    """Greedy, seeded and unseeded calls, rows joining mid-decode with ragged chunks, leaving
+    while their "tool" runs, and released keys: the same ids, log-probs within 1e-5."""
+    prompts = [tokenizer(f"Problem: {i} * {i + 3} - 1\n")["input_ids"][: 4 + i] for i in range(7)]
+    fused, engine = _seeded_workload(tiny_model, prompts, "slots", admission, fused=True)
+    modules, other = _seeded_workload(tiny_model, prompts, "slots", admission, fused=False)
+    assert engine.fused and not other.fused
+    assert engine.kv.saves > 0 and engine.kv.loads > 0  # joins and leaves happened
+    assert [ids for ids, _ in fused] == [ids for ids, _ in modules]
+    gap = max(abs(a - b) for (_, x), (_, y) in zip(fused, modules) for a, b in zip(x, y))
+    assert gap < 1e-5
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_slot_rows_of_a_llama_match_full_forward_passes(fused):
+    """Decode rows and a chunk in one pass, then decode only, on a Llama with GQA and biases."""
+    from tirl.backends.kv_slots import SlotRows
+
+    model = _llama()
+    seqs = {"a": [5, 6, 7, 8, 9], "b": [10, 11], "c": [12, 13, 14]}
+    kv = SlotRows(model, max_rows=4, max_len=64, fused=fused)
+    assert (kv.fused is not None) is fused
+    with torch.no_grad():
+        kv.arrange(list(seqs), [0, 0, 0], {})
+        kv.forward(list(seqs), list(seqs.values()), [0, 0, 0])
+        for feeds in ({"a": [20], "b": [21, 22, 23], "c": [24]}, {"a": [1], "b": [2], "c": [3]}):
+            past = [len(s) for s in seqs.values()]
+            kv.arrange(list(seqs), past, {})
+            logits = kv.forward(list(seqs), list(feeds.values()), past)
+            for i, key in enumerate(seqs):
+                seqs[key] = seqs[key] + feeds[key]
+                want = model(input_ids=torch.tensor([seqs[key]])).logits[0, -1]
+                assert torch.allclose(logits[i], want, atol=1e-5)
+
+
+def test_fused_engine_on_a_llama_samples_what_its_modules_sample():
+    model = _llama()
+    prompts = [[3 + i, 4, 5, 6 + i, 7][: 2 + i] for i in range(6)]
+    fused, engine = _seeded_workload(model, prompts, "slots", fused=True)
+    modules, _ = _seeded_workload(model, prompts, "slots", fused=False)
+    assert engine.fused
+    assert [ids for ids, _ in fused] == [ids for ids, _ in modules]
+    gap = max(abs(a - b) for (_, x), (_, y) in zip(fused, modules) for a, b in zip(x, y))
+    assert gap < 1e-5
+
+
+def test_fused_pass_uses_weights_changed_in_place_and_loaded(tiny_model, tokenizer):
+    """The concatenated q/k/v and gate/up weights follow an optimizer step (in place) and a
+    `load_weights` from another model: each call matches a full forward of the weights then."""
+    model = build_model(
+        tokenizer, TinyModelSpec(hidden_size=64, layers=2, heads=2, max_positions=256), seed=0
+    ).eval()
+    other = build_model(
+        tokenizer, TinyModelSpec(hidden_size=64, layers=2, heads=2, max_positions=256), seed=1
+    )
+    prompt = tokenizer("Problem: Compute 12 * 34.\n")["input_ids"]
+
+    async def call(engine, key):
+        out = await engine.generate(key, prompt, max_new_tokens=4, temperature=0.0)
+        ref = _reference_logprobs(model, prompt + out.ids, len(prompt), out.ids)
+        return max(abs(a - b) for a, b in zip(ref, out.logprobs)), out.logprobs
+
+    async def main():
+        engine = HFEngine(model, -1, seed=0)
+        assert engine.fused
+        gaps, logprobs = [], []
+        for key, change in enumerate((None, "step", "load")):
+            if change == "step":
+                with torch.no_grad():  # what an optimizer step does: every parameter, in place
+                    for p in model.parameters():
+                        p.add_(torch.randn_like(p) * 0.05)
+            elif change == "load":
+                await engine.load_weights(other)
+            gap, out = await call(engine, key)
+            gaps.append(gap)
+            logprobs.append(out)
+        engine.close()
+        return gaps, logprobs
+
+    gaps, logprobs = asyncio.run(main())
+    assert max(gaps) < 1e-4
+    assert logprobs[0] != logprobs[1] != logprobs[2]  # the weights did change the numbers
+
+
+def test_models_without_a_fused_pass_fall_back_to_their_modules(tiny_model, tokenizer):
+    """GPT-2 has no fused pass, nor does a model with hooks on its modules: `fused=None` (the
+    default) runs their modules; `fused=True` refuses; `fused=False` turns it off."""
+    gpt2 = build_model(
+        tokenizer, TinyModelSpec(hidden_size=32, layers=2, heads=2, arch="gpt2"), seed=0
+    ).eval()
+    engine = HFEngine(gpt2, -1)
+    assert engine.kv_cache == "slots" and not engine.fused and engine.kv.fused is None
+    with pytest.raises(ValueError, match="no fused pass for this model: GPT2LMHeadModel"):
+        HFEngine(gpt2, -1, fused=True)
+    with pytest.raises(ValueError, match="fused=True needs kv_cache='slots'"):
+        HFEngine(tiny_model, -1, kv_cache="padded", fused=True)
+    assert HFEngine(tiny_model, -1).fused and not HFEngine(tiny_model, -1, fused=False).fused
+    handle = tiny_model.model.layers[0].register_forward_hook(lambda *args: None)
+    try:
+        assert not HFEngine(tiny_model, -1).fused
+    finally:
+        handle.remove()
+    prompt = tokenizer("x = 2 ** 5\n")["input_ids"]
+
+    async def main():
+        out = await engine.generate("k", prompt, max_new_tokens=4, temperature=0.0)
+        engine.close()
+        return out
+
+    out = asyncio.run(main())  # GPT-2 through its modules: still the full forward's numbers
+    ref = _reference_logprobs(gpt2, prompt + out.ids, len(prompt), out.ids)
+    assert max(abs(a - b) for a, b in zip(ref, out.logprobs)) < 1e-4
+
+
+def test_fused_tool_trajectories_are_those_of_the_modules_and_score_as_the_trainer_does(
+    scripted_model, tokenizer
+):
+    """Seeded rollouts with real sandbox calls (an error, a timeout, printed output): the
+    fused pass samples the trajectories the model's modules sample, and the trainer's own
+    forward pass scores every sampled token as the sampler did."""
+    from conftest import CODES
+
+    from tirl.protocol.segments import SegmentKind
+    from tirl.rollout.runner import Rollout, RolloutSettings
+    from tirl.sandbox import Sandbox, SandboxLimits
+    from tirl.train.batch import collate, token_logprobs
+
+    prompts = list(CODES) * 2
+    settings = RolloutSettings(max_model_tokens=40, tool_budget=2, temperature=1.0)
+
+    def rollouts(fused: bool):
+        async def main():
+            async with Sandbox(SandboxLimits(timeout_s=0.5)) as sandbox:
+                engine = HFEngine(scripted_model, tokenizer.eos_token_id, seed=0, fused=fused)
+                metas = [{"seed": i} for i in range(len(prompts))]
+                trajs = await Rollout(engine, tokenizer, sandbox).run_many(prompts, settings, metas)
+                engine.close()
+                return trajs
+
+        return asyncio.run(main())
+
+    fused, modules = rollouts(True), rollouts(False)
+    assert any(t.tool_calls for t in fused)
+    assert [t.ids for t in fused] == [t.ids for t in modules]
+    batch = collate(fused, tokenizer.pad_token_id)
+    other = collate(modules, tokenizer.pad_token_id)
+    gap = ((batch.sampler_logprobs - other.sampler_logprobs).abs() * batch.loss_mask).max()
+    assert gap.item() < 1e-5
+    with torch.no_grad():
+        logprobs, _ = token_logprobs(scripted_model, batch)
+    assert ((logprobs - batch.sampler_logprobs).abs() * batch.loss_mask).max().item() < 1e-4
+    assert all(s.kind is not SegmentKind.TOOL or s.ids for t in fused for s in t.segments)

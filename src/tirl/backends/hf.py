@@ -51,6 +51,7 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
 from tirl.backends.engine import GenOutput, StopFn, check_prompt_fits
+from tirl.backends.fused import fused_supports
 from tirl.backends.kv_slots import SlotRows, supports
 from tirl.cpu import pace
 
@@ -114,6 +115,9 @@ class HFEngine:
     """A continuous-batching sampler over one in-process model."""
 
     receives_weights = True  # it samples with the trainer's model (or a copy it overwrites)
+    # Its log-probs are the trainer's own (same weights and dtype, temperature 1), up to float
+    # rounding: `rl.old_logprobs: auto` takes them as pi_old (tirl.train.rl).
+    logprobs_match_trainer = True
 
     def __init__(
         self,
@@ -125,10 +129,13 @@ class HFEngine:
         admission: str = "continuous",
         reuse_batch_cache: bool = True,
         kv_cache: str = "auto",
+        fused: bool | None = None,
     ) -> None:
         """`kv_cache`: "slots", "padded", or "auto" (slots where `kv_slots.supports` the
         model, else padded); see the module docstring. `reuse_batch_cache` is the padded
-        cache's decode fast path."""
+        cache's decode fast path. `fused`: run the slot cache's forward pass from the model's
+        weights (`tirl.backends.fused`) instead of through its modules: None (the default)
+        where `fused_supports` the model, True to require it, False for the modules."""
         if admission not in ("continuous", "static"):
             raise ValueError(f'admission is "continuous" or "static", not {admission!r}')
         if kv_cache not in KV_CACHES:
@@ -155,9 +162,18 @@ class HFEngine:
         if kv_cache == "auto":
             kv_cache = "slots" if supports(model) else "padded"
         self.kv_cache = kv_cache
+        if fused and kv_cache != "slots":
+            raise ValueError(f"fused=True needs kv_cache='slots' (this engine: {kv_cache!r})")
         if kv_cache == "slots":
-            self.kv = SlotRows(model, max_batch, self.max_len, cache_arg, keeps_last_logits)
+            why = fused_supports(model)
+            if fused and why is not None:
+                raise ValueError(f"fused=True, but no fused pass for this model: {why}")
+            self.fused = why is None if fused is None else fused
+            self.kv = SlotRows(
+                model, max_batch, self.max_len, cache_arg, keeps_last_logits, fused=self.fused
+            )
         else:
+            self.fused = False
             self.kv = PaddedRows(model, cache_arg, keeps_last_logits, reuse_batch_cache)
         self.steps = 0
         self.rows_stepped = 0  # sum of batch sizes over steps: rows_stepped / steps = occupancy
@@ -357,14 +373,24 @@ class HFEngine:
         keys = [req.key for req in batch]
         logits = self.kv.forward(keys, [r.feed for r in batch], [r.past for r in batch])  # [B, V]
         logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
-        temps = torch.tensor([r.temperature for r in batch], device=logits.device)
-        greedy = logprobs.argmax(-1)
-        probs = torch.softmax(logprobs / temps.clamp_min(1e-6).unsqueeze(-1), -1)
+        temperatures = [r.temperature for r in batch]
+        # Only the ops a step needs (a step costs its op count on a CPU): at temperature 1,
+        # logprobs / 1 is logprobs exactly; with no greedy row nothing is taken from argmax.
+        # Every step draws from the engine's stream for all rows, as it always did.
+        if all(t == 1.0 for t in temperatures):
+            probs = torch.softmax(logprobs, -1)
+        else:
+            temps = torch.tensor(temperatures, device=logits.device)
+            probs = torch.softmax(logprobs / temps.clamp_min(1e-6).unsqueeze(-1), -1)
         sampled = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
         for i, req in enumerate(batch):  # seeded calls draw from their own streams
             if req.generator is not None and req.temperature > 0:
                 sampled[i] = torch.multinomial(probs[i], 1, generator=req.generator)[0]
-        tokens = torch.where(temps > 0, sampled, greedy)
+        if all(t > 0 for t in temperatures):
+            tokens = sampled
+        else:
+            drawn = torch.tensor([t > 0 for t in temperatures], device=logits.device)
+            tokens = torch.where(drawn, sampled, logprobs.argmax(-1))
         chosen = logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         return list(zip(tokens.tolist(), chosen.tolist()))
 

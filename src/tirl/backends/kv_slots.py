@@ -86,6 +86,15 @@ class _Group:
     width: int  # the longest chunk: queries are padded to it inside attention
     mask: torch.Tensor  # [G, 1, width, kv_len] bool
     at: tuple[torch.Tensor, torch.Tensor] | None  # chunks: (row in group, column) per token
+    _bias: torch.Tensor | None = None
+
+    def bias(self, dtype: torch.dtype) -> torch.Tensor:
+        """`mask` as the additive mask sdpa makes of it (0 where True, -inf elsewhere, in the
+        query's dtype), built once per pass instead of once per layer: the same numbers."""
+        if self._bias is None or self._bias.dtype != dtype:
+            zeros = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
+            self._bias = zeros.masked_fill_(self.mask.logical_not(), float("-inf"))
+        return self._bias
 
 
 @dataclass
@@ -126,13 +135,14 @@ def slot_attention(module, query, key, value, attention_mask, scaling=None, drop
         keys, values = _keys(key, group), _keys(value, group)  # [G, H_kv, kv_len, D]
         if group.at is None:  # one query per row: a KV head's query heads are its queries,
             q = q.reshape(q.shape[0], -1, per_kv_head, dim)  # so no key is repeated
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=group.mask, **sdpa)
+            mask = group.bias(q.dtype)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, **sdpa)
             parts.append(out.reshape(-1, heads, dim))
             continue
         padded = q.new_zeros((group.rows.shape[0], heads, group.width, dim))
         padded[group.at[0], :, group.at[1]] = q
         out = F.scaled_dot_product_attention(
-            padded, keys, values, attn_mask=group.mask, enable_gqa=True, **sdpa
+            padded, keys, values, attn_mask=group.bias(q.dtype), enable_gqa=True, **sdpa
         )
         parts.append(out[group.at[0], :, group.at[1]])  # [Tg, H, D]
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
@@ -252,6 +262,15 @@ class SlotKVCache(Cache):
         layer.values[rows, :, positions] = value_states[0].transpose(0, 1)
         return layer.keys, layer.values
 
+    def allocate(self, layers: int, like: torch.Tensor) -> None:
+        """Allocate `layers` layers at once, as `like` ([1, H_kv, 1, D]: heads, dtype, device)
+        says: the fused pass (`tirl.backends.fused`) writes into them without `update`."""
+        while len(self.layers) < layers:
+            self.layers.append(_SlotLayer())
+        for layer in self.layers:
+            if not layer.is_initialized:
+                layer.allocate(like, like, self.rows, self.capacity)
+
     def reserve(self, rows: int, cap: int) -> None:
         """Make room for `rows` slots of `cap` positions (growing by doubling: O(1) amortized)."""
         if rows <= self.rows and cap <= self.capacity:
@@ -311,6 +330,7 @@ class SlotRows:
         max_len: int,
         cache_arg: str = "cache",
         keeps_last_logits: bool = True,
+        fused: bool = False,
     ) -> None:
         if not supports(model):
             impl = own_implementation(model.config)
@@ -327,6 +347,11 @@ class SlotRows:
         # What the bookkeeping copied, in rows: set aside, written back, moved to fill a hole.
         self.saves = self.loads = self.moves = 0
         self.forwards = 0
+        self.fused = None
+        if fused:
+            from tirl.backends.fused import FusedSlotForward
+
+            self.fused = FusedSlotForward(model)
 
     def arrange(self, keys: list, past: list[int], stored: dict) -> None:
         """Give each of `keys` (those about to step, with `past` tokens already stored each) a
@@ -374,18 +399,27 @@ class SlotRows:
         """Next-token logits [B, V] of each of `keys` (arranged), in the order given.
 
         The tokens are packed rows that feed one token first, then rows that feed a chunk,
-        each group in slot order: [1, T] through the model, with explicit positions."""
+        each group in slot order: [1, T] through the model (or the fused pass), with
+        explicit positions."""
         self.forwards += 1
         row_of = {key: row for row, key in enumerate(self.row_keys)}
         rows = [row_of[key] for key in keys]
         by_slot = sorted(range(len(keys)), key=rows.__getitem__)
-        single = [i for i in by_slot if len(feeds[i]) == 1]
-        chunked = [i for i in by_slot if len(feeds[i]) > 1]
+        if all(len(f) == 1 for f in feeds):  # a decode step: one group, one token per row
+            single, chunked = by_slot, []
+            ids = [feeds[i][0] for i in by_slot]
+            positions = [past[i] for i in by_slot]
+            write_rows = [rows[i] for i in by_slot]
+            ends = torch.arange(len(keys))
+        else:
+            single = [i for i in by_slot if len(feeds[i]) == 1]
+            chunked = [i for i in by_slot if len(feeds[i]) > 1]
+            order = single + chunked
+            ids = [t for i in order for t in feeds[i]]
+            positions = [past[i] + j for i in order for j in range(len(feeds[i]))]
+            write_rows = [rows[i] for i in order for _ in feeds[i]]
+            ends = torch.tensor([len(feeds[i]) for i in order]).cumsum(0) - 1  # rows' last tokens
         order = single + chunked  # batch indices in packed order
-        ids = [t for i in order for t in feeds[i]]
-        positions = [past[i] + j for i in order for j in range(len(feeds[i]))]
-        write_rows = [rows[i] for i in order for _ in feeds[i]]
-        ends = torch.tensor([len(feeds[i]) for i in order]).cumsum(0) - 1  # each row's last token
         groups = []
         start = 0
         for members in (single, chunked):
@@ -393,33 +427,41 @@ class SlotRows:
                 groups.append(self._group(members, rows, feeds, past, start))
                 start += sum(len(feeds[i]) for i in members)
         self.cache.reserve(max(rows) + 1, max(p + len(f) for p, f in zip(past, feeds)))
-        self.cache.plan = _Plan(
-            torch.tensor(write_rows, device=self.device),
-            torch.tensor(positions, device=self.device),
-            groups,
-        )
-        kwargs = {self.cache_arg: self.cache, PLAN_KWARG: self.cache.plan}
+        dev = self.device
+        positions_t = torch.tensor(positions, device=dev)
+        self.cache.plan = _Plan(torch.tensor(write_rows, device=dev), positions_t, groups)
+        ids_t, ends = torch.tensor(ids, device=dev), ends.to(dev)
+        if self.fused is not None and self.fused.usable():
+            logits = self.fused.forward(self.cache, ids_t, positions_t, ends)
+        else:
+            logits = self._model_forward(ids_t, positions_t, ends)
+        if order == list(range(len(keys))):
+            return logits
+        back = torch.empty(len(order), dtype=torch.long)
+        back[torch.tensor(order)] = torch.arange(len(order))
+        return logits[back.to(dev)]
+
+    def _model_forward(self, ids: torch.Tensor, positions: torch.Tensor, ends: torch.Tensor):
+        """The pass through the model's own modules, its attention routed to `slot_attention`;
+        logits [B, V] at the packed tokens `ends`."""
+        plan = self.cache.plan
+        kwargs = {self.cache_arg: self.cache, PLAN_KWARG: plan}
         if self.keeps_last_logits:
-            kwargs["logits_to_keep"] = ends.to(self.device)
+            kwargs["logits_to_keep"] = ends
         config = self.model.config
         _enter_pass(config)  # this pass's attention: slot_attention
         try:
             out = self.model(
-                input_ids=torch.tensor([ids], device=self.device),
+                input_ids=ids[None],
                 # 4D, so transformers builds no mask of its own; slot_attention uses the plan's
-                attention_mask=groups[0].mask[:1].to(self.device),
-                position_ids=torch.tensor([positions], device=self.device),
+                attention_mask=plan.groups[0].mask[:1],
+                position_ids=positions[None],
                 use_cache=True,
                 **kwargs,
             )
         finally:
             _leave_pass(config)
-        logits = out.logits[0] if self.keeps_last_logits else out.logits[0, ends.to(self.device)]
-        if order == list(range(len(keys))):
-            return logits
-        back = torch.empty(len(order), dtype=torch.long)
-        back[torch.tensor(order)] = torch.arange(len(order))
-        return logits[back.to(self.device)]
+        return out.logits[0] if self.keeps_last_logits else out.logits[0, ends]
 
     def _group(self, members: list[int], rows, feeds, past, start: int) -> _Group:
         slots = [rows[i] for i in members]
