@@ -386,9 +386,9 @@ def test_the_inline_draws_are_the_library_draws():
                 assert fast.random() == lib.random()  # both generators end in the same state
 
 
-def test_searches_sharing_a_first_round_yield_what_each_yields_alone():
-    """build_tasks runs one search per size; they share the levels below their sizes, walked
-    once, whichever asks first. Each must yield what it yields on its own."""
+def test_searches_sharing_a_walk_yield_what_each_yields_alone():
+    """build_tasks runs one search per size; they share one walk of the search tree, whichever
+    asks first. Each must yield what it yields on its own."""
     import tirl.envs.library  # noqa: F401
     from tirl.envs.core import REGISTRY
 
@@ -419,9 +419,8 @@ def test_searches_sharing_a_first_round_yield_what_each_yields_alone():
     assert found == {0: want[(3, 3)], 1: want[(2, 3)]}
 
 
-def test_each_environment_runs_once_on_each_state():
+def _counting_registry(calls: list) -> Registry:
     reg = Registry()
-    calls = []
 
     @atomic("count", SMALL, Int(-1001, 1001), "Add one.", registry=reg)
     def plus(x):
@@ -433,9 +432,39 @@ def test_each_environment_runs_once_on_each_state():
         calls.append(("half", x))
         return x // 2
 
-    paths = take(search(reg, 0, SearchConfig(min_size=1, max_size=3)), 200)
+    return reg
+
+
+def test_each_environment_runs_once_on_each_state():
+    """The search's steps go through a memo (without constant probes, which have their own)."""
+    calls = []
+    reg = _counting_registry(calls)
+    config = SearchConfig(min_size=1, max_size=3, constant_probes=0)
+    paths = take(search(reg, 0, config), 200)
     assert paths
     assert len(calls) == len(set(calls))  # states recur (the rounds redraw small roots)
+
+
+def test_a_chain_probes_extend_its_parents_and_run_once():
+    """Constant probes come from a pool per first environment, and a chain's probe outputs
+    extend its parent's: probing a -> b and then a -> b -> c runs a and b on the pool once."""
+    from tirl.envs.search import _Probes, _Steps
+
+    calls = []
+    reg = _counting_registry(calls)
+    plus, half = reg.get("count.plus"), reg.get("count.half")
+    config = SearchConfig(constant_probes=3)
+    probes = _Probes(_Steps(config), config, seed=0, split="train")
+    short = Chain(7, (plus, half), (8, 4))
+    longer = Chain(7, (plus, half, plus), (8, 4, 5))
+    assert not probes.constant(short)
+    assert {name for name, _ in calls} == {"plus", "half"}  # pool inputs through both steps
+    before = len(calls)
+    assert not probes.constant(longer)
+    assert calls[before:] and {name for name, _ in calls[before:]} == {"plus"}  # the last only
+    before = len(calls)
+    assert not probes.constant(short) and not probes.constant(longer)
+    assert len(calls) == before  # both answered from the outputs already computed
 
 
 def test_a_step_that_times_out_once_is_run_again():
@@ -483,7 +512,7 @@ def test_scoring_with_the_checked_states_gives_the_plain_rewards():
 
 
 # ---------------------------------------------------------------------------------------------
-# The fast search yields what the plain one did (tests/data/races_golden.jsonl)
+# A seed gives the same tasks from one version to the next (tests/data/races_golden.jsonl)
 
 GOLDEN = Path(__file__).parent / "data" / "races_golden.jsonl"
 _BITS = (
@@ -565,13 +594,16 @@ def golden_rows() -> Iterator[dict]:
             yield _golden_chain(case, t)
 
 
-def test_search_and_tasks_are_identical_to_the_recorded_plain_search():
-    """The golden file was written by the plain search (commit 7f06b58, before the lazy levels,
-    the shared first round and the step memo) with
+def test_search_and_tasks_are_identical_to_the_recorded_ones():
+    """The golden file holds what the search of issue 30 (lazy levels shared by all sizes,
+    candidate orders per state, constant probes from a pool per first environment) gives;
+    a change that alters which tasks a seed gives must re-record it, on purpose, with
 
         python tests/test_envs_races.py --record tests/data/races_golden.jsonl
 
-    470 rows: 290 tasks (prompt as its sha256) and 180 searched chains (rendered states)."""
+    and say so (the search before issue 30, which this file held until then, gave other tasks
+    of the same distribution: tests/test_envs_races_distribution.py). 476 rows: 296 tasks
+    (prompt as its sha256) and 180 searched chains (rendered states)."""
     want = [json.loads(line) for line in GOLDEN.read_text().splitlines()]
     got = [json.loads(json.dumps(row, ensure_ascii=False)) for row in golden_rows()]
     for i, (a, b) in enumerate(zip(got, want)):

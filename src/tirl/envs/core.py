@@ -216,13 +216,18 @@ def atomic(
     return wrap
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Chain:
-    """pi_t = (x_0; e_1..e_t; y_1..y_t) with y_i = f_{e_i}(y_{i-1}), y_0 = x_0 (§2.3)."""
+    """pi_t = (x_0; e_1..e_t; y_1..y_t) with y_i = f_{e_i}(y_{i-1}), y_0 = x_0 (§2.3).
+
+    `texts`, when not empty, holds the rendered states x_0, y_1..y_t: the search renders every
+    state for its length check, and a task made from the chain reuses those texts instead of
+    rendering each state again (`rendered`). Not part of the chain's identity."""
 
     x0: Any
     envs: tuple[Environment, ...]
     ys: tuple[Any, ...]
+    texts: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def size(self) -> int:
@@ -238,6 +243,13 @@ class Chain:
 
     def names(self) -> tuple[str, ...]:
         return tuple(e.name for e in self.envs)
+
+    def rendered(self) -> tuple[str, ...]:
+        """The states x_0, y_1..y_t as their types render them."""
+        if len(self.texts) == len(self.envs) + 1:
+            return self.texts
+        first = self.envs[0].input.render(self.x0)
+        return (first, *(e.output.render(y) for e, y in zip(self.envs, self.ys)))
 
 
 @dataclass(frozen=True, eq=False)

@@ -58,7 +58,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tirl.envs.core import Chain, Environment, Registry
-from tirl.envs.seeding import Drawing, advance, item_rng, permutation
+from tirl.envs.seeding import child_key, hashed_order, item_rng, path_key, permutation
 
 
 @dataclass(frozen=True)
@@ -117,20 +117,21 @@ def _timed() -> bool:
 # One step, memoized
 
 
-_BAD_INPUT, _RAISED, _RAN = range(3)  # what running e on y gave
 _MEMO_LIMIT = 100_000  # states; past it the memo starts afresh (bounded memory)
+_FAILED = (False, None, None)  # the entry of a step whose input is invalid or whose mapper raised
 
 
 class _Steps:
     """What each environment does to each state, run once per distinct pair.
 
     Mappers are deterministic functions of their input, so a repeated (environment, state) pair
-    gives the same output; the key holds the state's type too, so True and 1 (equal in Python)
-    stay apart. A run that timed out is not kept, nor one that ran longer than the timeout
-    outside the timer (a later, timed step must be able to time out). An entry is
-    [outcome, f_e(y), output valid, renders short enough]; the last two are filled the first
-    time a step needs them, in the plain step's order (the checks that depend on the chain,
-    unchanged and undo, come before the rendering).
+    gives the same output. States are kept by type, then by value, so True and 1 (equal in
+    Python) stay apart. A run that timed out is not kept, nor one that ran longer than the
+    timeout outside the timer (a later, timed step must be able to time out). An entry is
+    (ran, f_e(y), text): `text` is f_e(y) rendered when the output is a valid value of its type
+    that renders in at most `max_render_chars` characters, else None (the step fails whatever
+    the chain). Entries are tuples and failures share one: a long build holds ~10^5 of them, and
+    the garbage collector walks every container that survives (lists cost it ~20% of the build).
 
     The timer measures wall-clock time, so on a busy machine a fast mapper can be descheduled
     past it; a step that times out is run once more before it is dropped, so that which
@@ -139,15 +140,18 @@ class _Steps:
 
     def __init__(self, config: SearchConfig) -> None:
         self.config = config
-        self.memo: dict[tuple[type, Any], dict[Environment, list[Any]]] = {}
+        self.memo: dict[type, dict[Any, dict[Environment, tuple[bool, Any, str | None]]]] = {}
+        self.states = 0
 
-    def _run(self, env: Environment, state: Any, timed: bool) -> tuple[list[Any] | None, bool]:
+    def _run(
+        self, env: Environment, state: Any, timed: bool
+    ) -> tuple[tuple[bool, Any, str | None] | None, bool]:
         """(a fresh entry or None if the mapper timed out twice, whether to keep it)."""
         if env.input.check(state) is not None:
-            return [_BAD_INPUT, None, False, False], True
+            return _FAILED, True
         timeout = self.config.step_timeout_s
         for _ in range(2 if timed else 1):
-            start = time.perf_counter()
+            start = 0.0 if timed else time.perf_counter()
             try:
                 if timed:
                     signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -155,37 +159,38 @@ class _Steps:
             except StepTimeout:
                 continue
             except Exception:  # a mapper that raises failed its step
-                return [_RAISED, None, False, False], True
+                return _FAILED, True
             finally:
                 if timed:
                     signal.setitimer(signal.ITIMER_REAL, 0)
-            return [_RAN, out, None, None], timed or time.perf_counter() - start <= timeout
+            keep = timed or time.perf_counter() - start <= timeout
+            return (True, out, self._text(env, out)), keep
         return None, False
 
-    def of_state(self, state: Any) -> dict[Environment, list[Any]] | None:
+    def _text(self, env: Environment, out: Any) -> str | None:
+        if env.output.check(out) is not None:
+            return None
+        text = env.output.render(out)
+        return text if len(text) <= self.config.max_render_chars else None
+
+    def of_state(self, state: Any) -> dict[Environment, tuple[bool, Any, str | None]] | None:
         """The entries of one state, by environment (None for an unhashable state: not kept).
         Looked up once per state, then once per environment by identity: hashing a state (a
         long tuple, say) once per frontier state instead of once per candidate."""
-        key = (type(state), state)
+        by_value = self.memo.get(type(state))
+        if by_value is None:
+            by_value = self.memo[type(state)] = {}
         try:
-            found = self.memo.get(key)
+            found = by_value.get(state)
         except TypeError:
             return None
         if found is None:
-            if len(self.memo) >= _MEMO_LIMIT:
+            if self.states >= _MEMO_LIMIT:
                 self.memo.clear()
-            found = self.memo[key] = {}
-        return found
-
-    def entry(
-        self, env: Environment, state: Any, timed: bool, known: dict[Environment, list[Any]] | None
-    ) -> list[Any] | None:
-        """The entry of `env` on `state`; `known` is `of_state(state)`."""
-        found = known.get(env) if known is not None else None
-        if found is None:
-            found, keep = self._run(env, state, timed)
-            if keep and known is not None:
-                known[env] = found
+                self.states = 0
+                by_value = self.memo[type(state)] = {}
+            found = by_value[state] = {}
+            self.states += 1
         return found
 
     def step(
@@ -193,23 +198,22 @@ class _Steps:
         traj: Chain,
         env: Environment,
         timed: bool,
-        known: dict[Environment, list[Any]] | None,
+        known: dict[Environment, tuple[bool, Any, str | None]] | None,
     ) -> Chain | None:
         """`traj` extended by `env`, or None if the step fails a step check (as `try_step`);
         `known` is `of_state(traj.final)`."""
         state = traj.final
         found = known.get(env) if known is not None else None
         if found is None:
-            found = self.entry(env, state, timed, known)
+            found, keep = self._run(env, state, timed)
             if found is None:
                 return None
-        if found[0] != _RAN:
+            if keep and known is not None:
+                known[env] = found
+        text = found[2]
+        if text is None:
             return None
         out = found[1]
-        if found[2] is None:
-            found[2] = env.output.check(out) is None
-        if not found[2]:
-            return None
         if env.output.name == env.input.name and out == state:
             return None  # the step left the state unchanged
         ys = traj.ys
@@ -217,41 +221,8 @@ class _Steps:
             previous = ys[-2] if len(ys) >= 2 else traj.x0
             if out == previous and type(out) is type(previous):
                 return None  # undoes the step before
-        if found[3] is None:
-            found[3] = len(env.output.render(out)) <= self.config.max_render_chars
-        if not found[3]:
-            return None
-        return Chain(traj.x0, traj.envs + (env,), ys + (out,))
-
-    def run_chain(self, envs: Sequence[Environment], x: Any) -> tuple[bool, Any]:
-        """(True, f_{e_k}(…f_{e_1}(x))) as `core.run_chain` computes it, or (False, None) where
-        it would raise (an invalid input, a mapper that raises); memoized."""
-        memo = self.memo
-        value = x
-        for e in envs:
-            key = (type(value), value)
-            try:
-                known = memo.get(key)
-            except TypeError:  # an unhashable value: not kept
-                known = None
-                found = None
-            else:
-                if known is None:
-                    if len(memo) >= _MEMO_LIMIT:
-                        memo.clear()
-                    known = memo[key] = {}
-                found = known.get(e)
-            if found is None:
-                try:
-                    found, keep = self._run(e, value, False)
-                except Exception:  # a check that raises: run_chain would raise too
-                    return False, None
-                if keep and known is not None:
-                    known[e] = found
-            if found[0] != _RAN:
-                return False, None
-            value = found[1]
-        return True, value
+        texts = traj.texts
+        return Chain(traj.x0, traj.envs + (env,), ys + (out,), texts + (text,) if texts else ())
 
 
 def try_step(traj: Chain, env: Environment, config: SearchConfig) -> Chain | None:
@@ -260,174 +231,229 @@ def try_step(traj: Chain, env: Environment, config: SearchConfig) -> Chain | Non
     return steps.step(traj, env, _timed(), steps.of_state(traj.final))
 
 
-def _constant(traj: Chain, config: SearchConfig, rng: random.Random, steps: _Steps) -> bool:
-    """True if the chain maps other inputs to the same final value too (a degenerate path).
-    Other roots may not survive every step's constraints; if none does, the last step alone is
-    probed on inputs of its own. (Each probe runs the chain as `core.run_chain` does, a step
-    whose input is invalid or whose mapper raises ending it, through the memo.)"""
-    probes, level = config.constant_probes, config.level
-    run = steps.run_chain
-    for envs in (traj.envs, traj.envs[-1:]):
-        outputs = []
+# ---------------------------------------------------------------------------------------------
+# Constant probes
+
+
+_NO_INPUT = object()  # a pool input whose sampler raised
+
+
+class _ProbeNode:
+    """The probe outputs of one sequence of environments e_1..e_k: the values it gives on the
+    pool inputs of e_1 that it runs on, in pool order, computed as far as asked. Its source is
+    the pool itself for k = 1 (`parent` None), else its parent's outputs, each run through e_k:
+    the outputs of a chain extend its parent's, and each runs once."""
+
+    __slots__ = ("env", "parent", "values", "tried", "children")
+
+    def __init__(self, env: Environment, parent: _ProbeNode | None) -> None:
+        self.env = env
+        self.parent = parent
+        self.values: tuple[Any, ...] = ()  # (a tuple: the garbage collector skips it)
+        self.tried = 0  # source values taken so far
+        self.children: dict[Environment, _ProbeNode] = {}
+
+
+class _Probes:
+    """Inputs for the constant check, from a fixed pool per first environment: the pool of e is
+    what e's sampler draws from `item_rng("races-probe", e.name, ...)`, at most 4 *
+    constant_probes inputs (the tries the check allows). Chains that share a prefix share its probe outputs (a
+    trie over the sequences of environments), so a chain's probes cost one step each."""
+
+    def __init__(self, steps: _Steps, config: SearchConfig, seed: int, split: str) -> None:
+        self.steps = steps
+        self.wanted = config.constant_probes
+        self.size = 4 * config.constant_probes
+        self.key = f"probe/level{config.level}"
+        self.level = config.level
+        self.seed, self.split = seed, split
+        self.roots: dict[Environment, _ProbeNode] = {}
+        self.pools: dict[Environment, tuple[random.Random, list[Any]]] = {}
+
+    def node(self, envs: Sequence[Environment]) -> _ProbeNode:
         first = envs[0]
-        for _ in range(4 * probes):
-            if len(outputs) >= probes:
-                break
+        node = self.roots.get(first)
+        if node is None:
+            node = self.roots[first] = _ProbeNode(first, None)
+        for env in envs[1:]:
+            child = node.children.get(env)
+            if child is None:
+                child = node.children[env] = _ProbeNode(env, node)
+            node = child
+        return node
+
+    def _pool_input(self, env: Environment, i: int) -> Any:
+        """Pool input i of `env`: the i-th draw of its sampler from the pool's own generator
+        (drawn in order, as far as asked)."""
+        found = self.pools.get(env)
+        if found is None:
+            rng = item_rng("races-probe", f"{env.name}/{self.key}", self.split, self.seed, 0)
+            found = self.pools[env] = (rng, [])
+        rng, pool = found
+        while len(pool) <= i:
             try:
-                x = first.sample(rng, level)
-            except Exception:
+                pool.append(env.sample(rng, self.level))
+            except Exception:  # a sampler that raises spends its try
+                pool.append(_NO_INPUT)
+        return pool[i]
+
+    def _more(self, node: _ProbeNode) -> bool:
+        """Add one more output to `node`; False when its source is spent. Each step runs as
+        `core.run_chain` runs it (an invalid input or a mapper that raises ends the probe),
+        untimed like the probes before, and outside the step memo: the trie already runs each
+        (sequence, pool input) once, and probe states rarely recur."""
+        env = node.env
+        while True:
+            parent = node.parent
+            if parent is None:
+                if node.tried >= self.size:
+                    return False
+                x = self._pool_input(env, node.tried)
+                node.tried += 1
+                if x is _NO_INPUT:
+                    continue
+            else:
+                if node.tried >= len(parent.values) and not self._more(parent):
+                    return False
+                x = parent.values[node.tried]
+                node.tried += 1
+            try:
+                if env.input.check(x) is not None:
+                    continue
+                value = env.mapper(x)
+            except Exception:  # a check or a mapper that raises: run_chain would raise too
                 continue
-            ok, value = run(envs, x)
-            if ok:
-                outputs.append(value)
-        if outputs:
-            final = traj.final
-            return all(o == final for o in outputs)
-    return False
+            node.values += (value,)
+            return True
+
+    def constant(self, traj: Chain) -> bool:
+        """True if the chain maps other inputs to the same final value too (a degenerate path):
+        its outputs on the first `constant_probes` pool inputs it runs on all equal y_t. Other
+        inputs may not survive every step's constraints; if none does, the last step alone is
+        probed on inputs of its own. Outputs are computed one at a time and the first that
+        differs from y_t decides (most chains are not constant: one probe step each)."""
+        final, wanted = traj.final, self.wanted
+        for envs in (traj.envs, traj.envs[-1:]):
+            node = self.node(envs)
+            i = 0
+            while i < wanted and (i < len(node.values) or self._more(node)):
+                if node.values[i] != final:
+                    return False
+                i += 1
+            if i:
+                return True
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
-# Levels of a round
-
-
-class _Level:
-    """One level of a round's breadth-first walk: the children of the level above, in the order
-    the plain search appended them to its frontier. Children are run when asked for, parent by
-    parent; the frontier the plain search had when it expanded parent j (the parents after j
-    plus the children so far) is known then, so `max_frontier` cuts at the same child.
-
-    A parent's order of candidates is either given (drawn when the parent was popped, as in the
-    plain search) or drawn from `drawer` when the parent is expanded: one item at a time, the
-    rest of the draws made at once when the parent is done (`seeding.Drawing`). `drawer` is the
-    search's generator itself when nothing else draws before the level is over (a level below
-    min_size, run to its end at once), or a copy taken before the level's draws, which the
-    search made already with `seeding.advance` (a level whose paths are checked, which may be
-    left unfinished)."""
-
-    def __init__(
-        self,
-        steps: _Steps,
-        config: SearchConfig,
-        drawer: random.Random | None = None,
-        consumers: dict[str, list[Environment]] | None = None,
-    ) -> None:
-        self.steps = steps
-        self.config = config
-        self.drawer = drawer
-        self.consumers = consumers or {}
-        self.parents: list[tuple[Chain, list[Environment] | None]] = []
-        self.items: list[Chain] = []
-        self.run_parents = 0
-        self.closed = False  # every parent is in: the frontier's length can be computed
-
-    def add(self, parent: Chain, order: list[Environment] | None = None) -> None:
-        """`order` None: drawn from `drawer` when the parent is expanded."""
-        self.parents.append((parent, order))
-
-    def get(self, i: int) -> Chain | None:
-        """The i-th child, or None past the last one."""
-        items = self.items
-        while len(items) <= i and self.run_parents < len(self.parents):
-            self._expand_next()
-        return items[i] if i < len(items) else None
-
-    def materialize(self) -> None:
-        while self.run_parents < len(self.parents):
-            self._expand_next()
-
-    def _expand_next(self) -> None:
-        assert self.closed, "children are run once every parent of the level is in"
-        j = self.run_parents
-        parent, order = self.parents[j]
-        drawing = None
-        if order is None:
-            assert self.drawer is not None
-            candidates = self.consumers.get(parent.envs[-1].output.name, ())
-            drawing = Drawing(self.drawer, candidates)
-        waiting = len(self.parents) - j - 1  # the parents after j, still in the frontier
-        cap, limit = self.config.frontier_cap, self.config.max_frontier
-        items, step, timed = self.items, self.steps.step, _timed()
-        known = self.steps.of_state(parent.final)
-        kept = 0
-        for env in drawing if drawing is not None else order:
-            if kept >= cap or waiting + len(items) >= limit:
-                break
-            child = step(parent, env, timed, known)
-            if child is not None:
-                items.append(child)
-                kept += 1
-        if drawing is not None:
-            drawing.finish()
-        self.parents[j] = (parent, [])  # done: let the order go
-        self.run_parents += 1
+# The walk: rounds of roots, levels of states
 
 
 class _Roots:
-    """The first level of a round: its roots, already run."""
+    """Level 1 of a round: one root per start environment, in the round's random order, each
+    x_0 from its own `item_rng`; run (step-checked) as far as asked."""
 
-    def __init__(self, items: list[Chain]) -> None:
-        self.items = items
+    def __init__(self, walk: _Walk, round_: int) -> None:
+        self.walk = walk
+        n = len(walk.starts)
+        self.order = permutation(
+            item_rng("races-round", "roots", walk.split, walk.seed, round_), walk.starts
+        )
+        self.first_index = round_ * n  # x_0 of the i-th root: index first_index + i
+        self.round = round_
+        self.items: list[Chain] = []
+        self.keys: list[bytes] = []
+        self.next = 0
 
-    def get(self, i: int) -> Chain | None:
-        return self.items[i] if i < len(self.items) else None
-
-
-def _draw_roots(
-    rng: random.Random,
-    starts: Sequence[Environment],
-    steps: _Steps,
-    config: SearchConfig,
-    seed: int,
-    index: int,
-    split: str,
-) -> _Roots:
-    roots = []
-    timed = _timed()
-    for env in permutation(rng, starts):
-        x0 = env.sample(item_rng("races-root", env.name, split, seed, index), config.level)
-        index += 1
-        root = steps.step(Chain(x0, (), ()), env, timed, steps.of_state(x0))
-        if root is not None:
-            roots.append(root)
-    return _Roots(roots)
-
-
-def _next_level(
-    level: _Level | _Roots,
-    rng: random.Random,
-    consumers: dict[str, list[Environment]],
-    steps: _Steps,
-    config: SearchConfig,
-    checked: bool,
-) -> _Level:
-    """The level after `level`, whose paths are not checked (below min_size): every state of it
-    expanded in order. If the new level's paths are `checked`, its parents' draws are made now
-    (the checks draw too, after them) and it is left to run lazily; else it is run to its end
-    here, drawing as it goes, as the plain search did."""
-    if checked:
-        drawer = random.Random()
-        drawer.setstate(rng.getstate())
-    else:
-        drawer = rng
-    nxt = _Level(steps, config, drawer, consumers)
-    i = 0
-    while (traj := level.get(i)) is not None:
-        i += 1
-        if checked:
-            advance(rng, len(consumers.get(traj.envs[-1].output.name, ())))
-        nxt.add(traj)
-    nxt.closed = True
-    if not checked:
-        nxt.materialize()
-    return nxt
+    def get(self, i: int, counts: Counter[str]) -> Chain | None:
+        items, walk = self.items, self.walk
+        while len(items) <= i and self.next < len(self.order):
+            j = self.next
+            self.next += 1
+            env = self.order[j]
+            rng = item_rng("races-root", env.name, walk.split, walk.seed, self.first_index + j)
+            x0 = env.sample(rng, walk.config.level)
+            start = Chain(x0, (), (), (env.input.render(x0),))
+            root = walk.steps.step(start, env, _timed(), walk.steps.of_state(x0))
+            counts["steps"] += 1
+            if root is None:
+                counts["steps_rejected"] += 1
+                continue
+            items.append(root)
+            self.keys.append(path_key("races-state", walk.split, walk.seed, self.round, j))
+        return items[i] if i < len(items) else None
 
 
-class _FirstRound:
-    """The first round of searches that differ only in min_size and max_size: the levels below a
-    search's min_size are only expanded (no path is checked there), so every such search draws
-    the same numbers and runs the same steps on them. Walked once, level by level as the
-    searches ask; each search then carries on from the generator's state after the level above
-    its own."""
+class _Level:
+    """Level k > 1 of a round: the children of level k - 1's states, parent by parent, each
+    parent's candidates in an order drawn from its own key (`seeding.hashed_order`; the key is
+    derived from the state's path), up to `frontier_cap` kept per parent and `max_frontier` per
+    level. Run as far as asked: a search for size 5 runs the states its yields descend from,
+    not whole levels."""
+
+    def __init__(self, walk: _Walk, above: _Level | _Roots) -> None:
+        self.walk = walk
+        self.above = above
+        self.items: list[Chain] = []
+        self.keys: list[bytes] = []
+        self.next = 0  # the next parent to expand
+        self.done = False
+
+    def get(self, i: int, counts: Counter[str]) -> Chain | None:
+        items = self.items
+        while len(items) <= i and not self.done:
+            self._expand_next(counts)
+        return items[i] if i < len(items) else None
+
+    def _expand_next(self, counts: Counter[str]) -> None:
+        j = self.next
+        parent = self.above.get(j, counts)
+        if parent is None:
+            self.done = True
+            return
+        self.next = j + 1
+        walk = self.walk
+        cap, limit = walk.config.frontier_cap, walk.config.max_frontier
+        key = self.above.keys[j]
+        candidates = walk.consumers.get(parent.envs[-1].output.name, ())
+        items, keys, step, timed = self.items, self.keys, walk.steps.step, _timed()
+        known = walk.steps.of_state(parent.final)
+        kept = tried = 0
+        for env in hashed_order(key, candidates):
+            if kept >= cap:
+                break
+            tried += 1
+            child = step(parent, env, timed, known)
+            if child is not None:
+                items.append(child)
+                keys.append(child_key(key, env.name))
+                kept += 1
+                if len(items) >= limit:
+                    self.done = True
+                    break
+        counts["steps"] += tried
+        counts["steps_rejected"] += tried - kept
+
+
+class _Round:
+    """One round: its roots and the levels below them, built as the searches reach them."""
+
+    def __init__(self, walk: _Walk, round_: int) -> None:
+        self.levels: list[_Level | _Roots] = [_Roots(walk, round_)]
+        self.walk = walk
+
+    def level(self, size: int) -> _Level | _Roots:
+        while len(self.levels) < size:
+            self.levels.append(_Level(self.walk, self.levels[-1]))
+        return self.levels[size - 1]
+
+
+class _Walk:
+    """What the searches over one registry, seed, split and start environments share, whatever
+    their sizes and path checks: the rounds (each state's children depend on its path alone, so
+    every search sees the same tree), the step memo and the probe trie. `build_tasks` runs one
+    search per size over one walk: a size-5 search runs the levels 1-4 that the smaller sizes
+    run anyway."""
 
     def __init__(
         self,
@@ -437,59 +463,36 @@ class _FirstRound:
         split: str,
         starts: list[Environment],
     ) -> None:
-        self.held = (registry, starts)  # so that the ids in the key stay theirs
-        self.rng = random.Random(f"races-search/{seed}/{split}")
+        self.registry, self.starts = registry, starts  # held: the ids in the key stay theirs
+        self.seed, self.split, self.config = seed, split, config
         self.consumers = registry.consumers()
         self.steps = _Steps(config)
-        self.config = config
-        self.levels: list[_Level | _Roots] = [
-            _draw_roots(self.rng, starts, self.steps, config, seed, 0, split)
-        ]
-        self.checked: list[bool] = [False]
-        # the generator's state after the draws of level k's parents, k = 0 (the roots' order),
-        # 1, 2, ...: what a search whose paths start at level k + 1 carries on from
-        self.states = [self.rng.getstate()]
+        self.probes = _Probes(self.steps, config, seed, split)
+        self.rounds: weakref.WeakValueDictionary[int, _Round] = weakref.WeakValueDictionary()
 
-    def level(self, size: int) -> tuple[_Level | _Roots, Any]:
-        """Level `size` and the generator's state once it is drawn (before any of its paths is
-        checked)."""
-        while len(self.levels) < size:
-            built = len(self.levels) + 1
-            if self.checked[-1]:  # asked for as a first checked level before: run it out now
-                self.levels[-1].materialize()
-                self.checked[-1] = False
-            checked = built == size
-            self.levels.append(
-                _next_level(
-                    self.levels[-1], self.rng, self.consumers, self.steps, self.config, checked
-                )
-            )
-            self.checked.append(checked)
-            self.states.append(self.rng.getstate())
-        return self.levels[size - 1], self.states[size - 1]
+    def round(self, i: int) -> _Round:
+        """Round i (kept while some search is in it)."""
+        found = self.rounds.get(i)
+        if found is None:
+            found = self.rounds[i] = _Round(self, i)
+        return found
 
 
-_FIRST_ROUNDS: weakref.WeakValueDictionary[tuple, _FirstRound] = weakref.WeakValueDictionary()
+_WALKS: weakref.WeakValueDictionary[tuple, _Walk] = weakref.WeakValueDictionary()
 
 
-def _first_round(
+def _walk(
     registry: Registry, seed: int, config: SearchConfig, split: str, starts: list[Environment]
-) -> _FirstRound:
-    """The first round for this search: shared with the searches of this thread (their walks
-    interleave only at yields, never inside a level) over the same environments, starts, seed,
-    split and configuration but for the sizes (and what only checks paths)."""
-    shared = replace(config, min_size=1, max_size=1, inputs_per_composite=1, constant_probes=0)
-    key = (
-        threading.get_ident(),
-        tuple(map(id, registry)),
-        tuple(map(id, starts)),
-        seed,
-        split,
-        shared,
-    )
-    found = _FIRST_ROUNDS.get(key)
+) -> _Walk:
+    """The walk for this search: shared with the searches of this thread (their pulls interleave
+    only at yields) over the same environments, starts, seed, split and configuration but for
+    the sizes and the number of inputs per composite."""
+    shared = replace(config, min_size=1, max_size=1, inputs_per_composite=1)
+    key = (threading.get_ident(), tuple(map(id, registry)), tuple(map(id, starts)), seed, split)
+    key += (shared,)
+    found = _WALKS.get(key)
     if found is None:
-        found = _FIRST_ROUNDS[key] = _FirstRound(registry, seed, shared, split, starts)
+        found = _WALKS[key] = _Walk(registry, seed, shared, split, starts)
     return found
 
 
@@ -503,57 +506,56 @@ def search(
     config: SearchConfig | None = None,
     split: str = "train",
     starts: list[Environment] | None = None,
+    counts: Counter[str] | None = None,
 ) -> Iterator[Chain]:
     """Yield quality-controlled trajectories, shortest first within each round of roots.
 
     Roots are drawn in rounds, one per start environment in a random order each round, so the
-    stream never runs dry; stop consuming it when you have enough. Deterministic for a seed."""
+    stream never runs dry; stop consuming it when you have enough. Deterministic for a seed.
+    `counts`, if given, is incremented as the search goes: "steps" attempted and
+    "steps_rejected" by a step check (in the states this search was the first to expand),
+    "paths" checked, "paths_duplicate" (a composite yielded enough times, or from the same
+    x_0), "paths_constant", and "yielded"."""
     config = config or SearchConfig()
-    rng = random.Random(f"races-search/{seed}/{split}")
-    consumers = registry.consumers()
     starts = list(starts) if starts is not None else sorted(registry, key=lambda e: e.name)
+    counts = counts if counts is not None else Counter()
     times: Counter[tuple[str, ...]] = Counter()  # yields per sequence of environments
     roots: set[tuple[tuple[str, ...], str]] = set()  # (sequence, rendered x_0) yielded
     with step_timer():
-        first: _FirstRound | None = _first_round(registry, seed, config, split, starts)
-        steps = first.steps
-        level, state = first.level(config.min_size)
-        rng.setstate(state)
-        size = config.min_size
-        index = len(starts)
+        walk = _walk(registry, seed, config, split, starts)
+        constant = walk.probes.constant
+        several = config.inputs_per_composite > 1
+        round_ = 0
         while True:
+            current = walk.round(round_)  # held while this search is in it
             yielded_any = False
-            while level is not None:
-                nxt = _Level(steps, config) if size < config.max_size else None
+            for size in range(config.min_size, config.max_size + 1):
+                level = current.level(size)
                 i = 0
-                while (traj := level.get(i)) is not None:
+                while (traj := level.get(i, counts)) is not None:
                     i += 1
+                    counts["paths"] += 1
                     names = traj.names()
                     if times[names] >= config.inputs_per_composite:
-                        fresh = False  # (no need to render x_0 for the second test)
-                    else:
-                        key = (names, traj.envs[0].input.render(traj.x0))
-                        fresh = key not in roots
-                    if fresh and not _constant(traj, config, rng, steps):
-                        times[names] += 1
+                        counts["paths_duplicate"] += 1
+                        continue
+                    if several:  # (with one input per composite, `times` says it all)
+                        key = (names, traj.texts[0])
+                        if key in roots:
+                            counts["paths_duplicate"] += 1
+                            continue
+                    if constant(traj):
+                        counts["paths_constant"] += 1
+                        continue
+                    times[names] += 1
+                    if several:
                         roots.add(key)
-                        yielded_any = True
-                        yield traj
-                    if nxt is not None:
-                        candidates = consumers.get(traj.envs[-1].output.name, ())
-                        nxt.add(traj, permutation(rng, candidates))
-                if nxt is not None:
-                    nxt.closed = True
-                level, size = nxt, size + 1
-            first = None  # the shared round lives as long as some search is still in it
-            if not yielded_any and index > 50 * max(1, len(starts)):
+                    yielded_any = True
+                    counts["yielded"] += 1
+                    yield traj
+            if not yielded_any and round_ >= 50:
                 return  # rounds keep finding nothing new: the space is exhausted
-            level = _draw_roots(rng, starts, steps, config, seed, index, split)
-            index += len(starts)
-            size = 1
-            while size < config.min_size:  # levels below min_size are only expanded
-                size += 1
-                level = _next_level(level, rng, consumers, steps, config, size == config.min_size)
+            round_ += 1
 
 
 def take(iterator: Iterator[Any], n: int) -> list[Any]:
