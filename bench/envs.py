@@ -7,9 +7,11 @@ Rows (medians over --repeats; one process per measurement, so the rates are per 
 - tirl composite tasks: `build_tasks` (randomized BFS with every quality check, then a task of an
   operator drawn from the default mixture) plus scoring the task's reference answer with the
   operator's reward, which must give 1.0; sizes 2-5. Measured at --tasks and at 10x --tasks:
-  `build_tasks` runs one search per size, and the search for size 5 walks the first round's
-  levels 1-4 (about 18,000 states at level 4) before it yields its first composite, a cost that
-  a larger build spreads over more tasks.
+  before issue 30 the search for size 5 walked levels 1-4 of its first round (about 18,000
+  states at level 4) before it yielded its first composite, a fixed cost that a larger build
+  spread over more tasks; since, the searches run the states their yields descend from, and
+  the two rates differ by what a long build holds (more rounds of the small sizes, a larger
+  memo for the garbage collector to walk).
 - tirl distinct composites: what one search yields (sizes 2-5, shortest first), every quality
   check included, without turning them into tasks.
 - tirl atomic items: sample an input, run the mapper, render the gold and verify it, cycling
@@ -19,10 +21,10 @@ Rows (medians over --repeats; one process per measurement, so the rates are per 
   no composition, so this is its single-task rate.
 
 `--baseline-src DIR` measures the composite rows of another tirl source tree too, in the same
-run and alternating with this one (for the tree before issue 17's fast search:
-`mkdir -p /tmp/plain && git archive 7f06b58 src | tar -x -C /tmp/plain`, then
-`--baseline-src /tmp/plain/src`). Each measurement runs in a fresh interpreter (`--measure`),
-so neither tree warms the other's caches.
+run and alternating with this one (for the tree before issue 30's search:
+`mkdir -p /tmp/plain30 && git archive 370123e src | tar -x -C /tmp/plain30`, then
+`--baseline-src /tmp/plain30/src`; 7f06b58 is the tree before issue 17). Each measurement runs
+in a fresh interpreter (`--measure`), so neither tree warms the other's caches.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import operator
 import random
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
@@ -216,6 +217,9 @@ def atomic(
     return wrap
 
 
+_NAME = operator.attrgetter("name")
+
+
 @dataclass(frozen=True, slots=True)
 class Chain:
     """pi_t = (x_0; e_1..e_t; y_1..y_t) with y_i = f_{e_i}(y_{i-1}), y_0 = x_0 (§2.3).
@@ -242,7 +246,7 @@ class Chain:
         return Chain(self.x0, self.envs + (env,), self.ys + (env.apply(self.final),))
 
     def names(self) -> tuple[str, ...]:
-        return tuple(e.name for e in self.envs)
+        return tuple(map(_NAME, self.envs))
 
     def rendered(self) -> tuple[str, ...]:
         """The states x_0, y_1..y_t as their types render them."""

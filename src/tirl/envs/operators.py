@@ -451,7 +451,7 @@ def _check(task: OperatorTask, registry: Registry) -> str | list[Any]:
     """`task_problem`'s reason, or the stored states parsed (what the rewards compare with)."""
     if not isinstance(task, OperatorTask):
         return f"a task is a OperatorTask, not {type(task).__name__} (read rows with OperatorTask.from_dict)"
-    meta = task.meta if isinstance(task.meta, Mapping) else {}
+    meta = task.meta if type(task.meta) is dict or isinstance(task.meta, Mapping) else {}
     if meta.get(MALFORMED):
         return str(meta[MALFORMED])
     if not isinstance(task.operator, str) or task.operator not in REWARDS:

@@ -19,28 +19,27 @@ root, are what a small set of environments needs to give more than a handful of 
 output is not constant: the same chain run on `constant_probes` other inputs must not give the
 same y_t every time.
 
-What it costs, and how that was cut without changing what it yields (tests/data/
-races_golden.jsonl holds the output of the plain implementation this replaced, commit 7f06b58;
-tests/test_envs_races.py compares). A search for size s must walk levels 1..s-1 of its first
-round before it yields anything; with 459 start environments and the default caps, level 4
-holds ~18,000 states, and one generator's draws order every state's candidates.
-- Children are run when the search reaches them, not when their parent is expanded. The
-  frontier's length when the plain search expanded a parent (what `max_frontier` cuts on) is
-  recomputed exactly then, and a parent's order of candidates is drawn one candidate at a time
-  (`seeding.Drawing`), its remaining draws made at once. A level the search never reaches the end
-  of costs its draws (made ahead with `seeding.advance`, then redrawn from a copy of the
-  generator as parents are expanded) but not its mapper calls: the search for size 5 used to run
-  ~57,000 steps of its last level to yield its first composite, and now runs those it yields.
-- Searches that differ only in their sizes (`build_tasks` runs one per size) share their first
-  round up to the level where each starts checking paths: those levels draw the same numbers and
-  run the same steps in every such search, so they are walked once (`_FirstRound`).
+`max_frontier` caps the states of one level of a round (the plain search capped the states
+waiting at once, which needed the whole level above before the first child of the next).
+
+What it costs, and what issue 30 changed to cut it (which tasks a seed gives changed with it:
+tests/data/races_golden.jsonl holds the new output, and tests/test_envs_races_distribution.py
+checks that 20,000 tasks keep the distribution of the search before it, commit 370123e):
+- Every state's children depend on its path alone: its candidates are taken in an order drawn
+  from a key derived from its path (`seeding.hashed_order`; a root's key from its seed, split,
+  round and position), not from one generator shared by the whole search. So a level is run
+  only as far as the searches ask (`_Level`): the size-5 search runs the states its yields
+  descend from (~1 state of level 4 per 3 composites of size 5), where the search before it had
+  to draw orders for all ~18,000 states of level 4 to keep one generator's sequence.
+- The searches of one registry, seed and split share one walk of that tree (`_Walk`), whatever
+  their sizes: `build_tasks` runs one search per size, and the levels below a size are run once.
+- Constant probes come from a fixed pool of inputs per first environment (`_Probes`), and a
+  chain's probe outputs extend its parent's (a trie over the sequences of environments): a
+  chain's probes cost one step each, and the first output that differs from y_t decides.
 - What one environment does to one state is memoized (`_Steps`): mappers are deterministic, and
-  states recur (small integers, booleans, short lists): about half the steps of a deep level and
-  40% of the constant probes' steps.
-- Orders and shuffles make the draws of `random.Random.sample` / `shuffle` inline
-  (`tirl.envs.seeding`), three times faster.
-What is left (profile in BENCHMARKS.md): the draws for the ~18,000 states of level 4 (about
-1.1 million), the steps of levels 1-3, and the constant probes, which sample fresh inputs.
+  states recur (small integers, booleans, short lists): about half of the steps.
+- Entries, probe outputs and chains are tuples or slotted objects: a build of 20,000 tasks
+  holds ~10^5 of them, and the garbage collector's full passes over them cost ~10% of it.
 """
 
 from __future__ import annotations
