@@ -1,7 +1,8 @@
 """Rollout benchmarks (issue 6): (a) a simulated cluster, (b) the real HF engine on CPU.
 
     python bench/rollout.py [--part a|b|all] [--quick] [--seeds 5] [--steps 10] [--warmup 4]
-                            [--replicas 8] [--reps 5] [--kv-cache both|slots|padded] [--profile]
+                            [--replicas 8] [--reps 5] [--kv-cache both|slots|padded]
+                            [--fast-path both|on|off] [--profile]
 
 Part (a): step time of four rollout schedules on a simulated cluster.
 
@@ -39,12 +40,17 @@ Both admissions get the same rows (`max_batch`) and the same trajectories per re
 - continuous: any trajectory takes a free row at any step, and one waiting on its tool frees
   its row (request-level scheduling, `tirl.rollout.runner`).
 
-Each admission runs with both KV caches in the same repetition (issue 17): "slots", the
-engine's default (`tirl.backends.kv_slots`: a slot per decoding row, no re-padding, a joining
-row's chunk in the same pass as the decoding rows), and "padded", the cache it replaced, as
-the baseline; the order of the four runs is reversed every other repetition. `--profile`
-adds where a step's time goes: one run per admission timed by part, one forward pass's cost
-against its rows, and a decode pass by op category.
+Each admission runs with every selected forward-pass setup in the same repetition (the order
+of the runs is reversed every other repetition):
+- "slots+fused", the engine's default for Qwen2/Llama (issue 30): the slot cache, its forward
+  pass run straight from the weights (`tirl.backends.fused`);
+- "slots" (`--fast-path off` alone; with `both`, the default, the before of a before/after in
+  one run): the slot cache, its pass through the model's own transformers modules;
+- "padded" (issue 17's baseline, `--kv-cache padded` or `both`): the cache the slot cache
+  replaced (`tirl.backends.kv_slots`: a slot per decoding row, no re-padding, a joining row's
+  chunk in the same pass as the decoding rows).
+`--profile` adds where a step's time goes: one run per admission timed by part, one forward
+pass's cost against its rows, and a decode pass by op category.
 """
 
 from __future__ import annotations
@@ -364,34 +370,43 @@ class _Timer:
         setattr(obj, name, timed)  # an instance attribute: the class is untouched
 
 
-def _run_breakdown(model, w: EngineWorkload) -> str:
-    """One run of each admission (slot cache, workload seed 0): where the wall time went."""
+def _run_breakdown(model, w: EngineWorkload, setups) -> str:
+    """One run of each admission and slot-cache setup (workload seed 0): where the wall time
+    went. The fused pass writes its cache inline, so its cache column is empty."""
     rows = [
-        "| admission | wall (s) | steps | forward passes | model forward | of which cache"
+        "| admission | forward pass | wall (s) | steps | model forward | of which cache"
         " writes/reads | rest of the step (inputs, sampling) | slot bookkeeping between"
         " steps | rest (event loop, tools, idle) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for admission in ("static", "continuous"):
-        timer = _Timer()
+    for setup in setups:
+        kv_cache, fused = SETUPS[setup]
+        for admission in ("static", "continuous"):
+            timer = _Timer()
 
-        def instrument(engine, timer=timer):
-            timer.wrap(engine, "_step", "step")
-            timer.wrap(engine.kv, "arrange", "arrange")
-            timer.wrap(engine.kv.cache, "update", "cache")
-            timer.wrap(model, "forward", "forward")
+            def instrument(engine, timer=timer):
+                timer.wrap(engine, "_step", "step")
+                timer.wrap(engine.kv, "arrange", "arrange")
+                if engine.kv.fused is not None:
+                    timer.wrap(engine.kv.fused, "forward", "forward")
+                else:
+                    timer.wrap(engine.kv.cache, "update", "cache")
+                    timer.wrap(model, "forward", "forward")
 
-        try:
-            run = asyncio.run(_one_run(model, draw(w, 0), w, admission, "slots", instrument))
-        finally:
-            del model.forward  # the instance attribute `instrument` set
-        sec, wall, steps = timer.seconds, run["wall_s"], run["steps"]
-        parts = [sec["forward"], sec["cache"], sec["step"] - sec["forward"], sec["arrange"]]
-        parts.append(wall - sec["step"] - sec["arrange"])
-        cells = " | ".join(
-            f"{x:.2f} s ({x / wall:.0%}, {1000 * x / steps:.2f} ms/step)" for x in parts
-        )
-        rows.append(f"| {admission} | {wall:.2f} | {steps:,} | {run['forwards']:,} | {cells} |")
+            try:
+                run = asyncio.run(
+                    _one_run(model, draw(w, 0), w, admission, kv_cache, instrument, fused)
+                )
+            finally:
+                model.__dict__.pop("forward", None)  # the instance attribute `instrument` set
+            sec, wall, steps = timer.seconds, run["wall_s"], run["steps"]
+            parts = [sec["forward"], sec.get("cache"), sec["step"] - sec["forward"]]
+            parts += [sec["arrange"], wall - sec["step"] - sec["arrange"]]
+            cells = " | ".join(
+                "-" if x is None else f"{x:.2f} s ({x / wall:.0%}, {1000 * x / steps:.2f} ms/step)"
+                for x in parts
+            )
+            rows.append(f"| {admission} | {setup} | {wall:.2f} | {steps:,} | {cells} |")
     return "\n".join(rows)
 
 
@@ -406,26 +421,27 @@ def _median_ms(fn, reps: int = 30) -> float:
 
 def _pass_costs(model, past: int = 128, chunk: int = 25) -> str:
     """CPU time of one step's forward pass against its rows: a decode step, and one where a
-    row joins with a `chunk`-token tool output; for the padded cache, a decode step that
-    reuses the last batch cache and one that re-pads."""
+    row joins with a `chunk`-token tool output, for the slot cache fused and through the
+    model's modules; for the padded cache, a decode step that reuses the last batch cache and
+    one that re-pads."""
 
     rows = [
-        f"| rows | slots: decode (ms) | slots: + a {chunk}-token join (ms)"
+        f"| rows | slots+fused: decode (ms) | slots+fused: + a {chunk}-token join (ms)"
+        f" | slots: decode (ms) | slots: + a {chunk}-token join (ms)"
         " | padded: decode, cache reused (ms) | padded: decode, re-padded (ms)"
         f" | padded: + a {chunk}-token join (ms) |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n in (1, 2, 4, 8):
         rows.append(_pass_costs_row(model, n, past, chunk))
     return "\n".join(rows)
 
 
-def _pass_costs_row(model, n: int, past: int, chunk: int) -> str:
-    from tirl.backends.hf import PaddedRows
+def _slot_costs(model, n: int, past: int, chunk: int, fused: bool) -> tuple[float, float]:
     from tirl.backends.kv_slots import SlotRows
 
     keys, prompt, tool, decode = list(range(n)), [[7] * past] * n, [[5] * chunk], [[1]] * n
-    slots = SlotRows(model, n + 1, 4096)
+    slots = SlotRows(model, n + 1, 4096, fused=fused)
     slots.arrange(keys, [0] * n, {})
     slots.forward(keys, prompt, [0] * n)
     lengths = [past] * n
@@ -438,6 +454,15 @@ def _pass_costs_row(model, n: int, past: int, chunk: int) -> str:
     at = list(lengths)
     slots.arrange([*keys, "new"], [*at, 0], {})
     join_ms = _median_ms(lambda: slots.forward([*keys, "new"], decode + tool, [*at, 0]))
+    return slot_ms, join_ms
+
+
+def _pass_costs_row(model, n: int, past: int, chunk: int) -> str:
+    from tirl.backends.hf import PaddedRows
+
+    keys, prompt, tool, decode = list(range(n)), [[7] * past] * n, [[5] * chunk], [[1]] * n
+    fused_ms, fused_join_ms = _slot_costs(model, n, past, chunk, True)
+    slot_ms, join_ms = _slot_costs(model, n, past, chunk, False)
 
     padded = PaddedRows(model, "cache", True, True)
     padded.forward(keys, prompt, [0] * n)
@@ -459,8 +484,8 @@ def _pass_costs_row(model, n: int, past: int, chunk: int) -> str:
         padded.forward([*keys, "new"], decode + tool, [*at, 0])
 
     return (
-        f"| {n} | {slot_ms:.2f} | {join_ms:.2f} | {reused_ms:.2f}"
-        f" | {_median_ms(repadded):.2f} | {_median_ms(joined):.2f} |"
+        f"| {n} | {fused_ms:.2f} | {fused_join_ms:.2f} | {slot_ms:.2f} | {join_ms:.2f}"
+        f" | {reused_ms:.2f} | {_median_ms(repadded):.2f} | {_median_ms(joined):.2f} |"
     )
 
 
@@ -471,14 +496,14 @@ OP_CATEGORIES = {  # torch.profiler op names -> category
 }
 
 
-def _op_split(model, rows: int, past: int = 128, passes: int = 20) -> str:
+def _op_split(model, rows: int, fused: bool, past: int = 128, passes: int = 20) -> str:
     """Share of a slot decode pass's wall time per op category, and outside ops (Python)."""
     from torch.profiler import ProfilerActivity, profile
 
     from tirl.backends.kv_slots import SlotRows
 
     keys = list(range(rows))
-    slots = SlotRows(model, rows, 4096)
+    slots = SlotRows(model, rows, 4096, fused=fused)
     slots.arrange(keys, [0] * rows, {})
     slots.forward(keys, [[7] * past] * rows, [0] * rows)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -502,13 +527,15 @@ def profile_part_b(w: EngineWorkload, hidden: int) -> None:
     model = tiny_qwen2(hidden)
     print(f"\n### Where the time goes (slot cache, workload seed 0; load {_load(os.getloadavg())})")
     print("\nOne run of each admission, wall time by part (share of the run, per step):\n")
-    print(_run_breakdown(model, w))
+    print(_run_breakdown(model, w, ("slots+fused", "slots")))
     print("\nOne forward pass against its rows (CPU time, median of 30; rows at 128 tokens):\n")
     with torch.no_grad():
         print(_pass_costs(model))
-        for rows in (1, 8):
-            split = _op_split(model, rows)
-            print(f"\nA slot decode pass over {rows} row(s), by op category: {split}")
+        for fused in (True, False):
+            for rows in (1, 8):
+                split = _op_split(model, rows, fused)
+                name = "slots+fused" if fused else "slots"
+                print(f"\nA decode pass ({name}) over {rows} row(s), by op category: {split}")
 
 
 def part_a(a) -> None:

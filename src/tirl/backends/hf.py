@@ -22,6 +22,13 @@ position. Requests join and leave between steps. Where the KV cache lives (`kv_c
   longest. The reference the slot cache is tested against, and the fallback for other
   attention (flash, flex, sliding windows, soft-capping).
 
+The slot cache's forward pass (`fused`): for Qwen2- and Llama-style models
+(`tirl.backends.fused.fused_supports`) it runs by default straight from the model's weights,
+without transformers' per-layer modules (`tirl.backends.fused`: the same ids, log-probs within
+float rounding). On the small CPU models this engine is for, a step's cost is mostly fixed
+per-layer Python and small ops, whatever its rows; the fused pass about halves it. Other
+models, and `fused=False` (`rollout.engine_options: {fused: false}`), run the modules.
+
 Admission: "continuous" (default) lets any waiting request take a free row at any step.
 "static" is the batch-synchronous baseline (ToRL-style rounds, `bench/rollout.py` part b): up
 to `max_batch` keys are admitted together as one batch; a round decodes until every member

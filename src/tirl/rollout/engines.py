@@ -93,13 +93,20 @@ def make_engine(name: str, spec: EngineSpec, options: Mapping[str, Any] | None =
 
 
 @register_engine("hf", receives_weights=True, needs=("model", "eos_id"))
-def hf_engine(spec: EngineSpec, *, kv_cache: str = "auto") -> Engine:
+def hf_engine(spec: EngineSpec, *, kv_cache: str = "auto", fused: bool | None = None) -> Engine:
     """The live policy, continuously batched in this process. `kv_cache`: auto | slots |
-    padded (`tirl.backends.hf`)."""
+    padded; `fused`: the slot cache's forward pass run from the weights (None: where the
+    model is supported, `tirl.backends.fused`; false: through the model's modules)
+    (`tirl.backends.hf`)."""
     from tirl.backends.hf import HFEngine
 
     return HFEngine(
-        spec.model, spec.eos_id, max_batch=spec.max_batch, seed=spec.seed, kv_cache=kv_cache
+        spec.model,
+        spec.eos_id,
+        max_batch=spec.max_batch,
+        seed=spec.seed,
+        kv_cache=kv_cache,
+        fused=fused,
     )
 
 
