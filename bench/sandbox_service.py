@@ -11,7 +11,11 @@ Transports (each one client: this process):
   (sticky), every call on the session channel (one WebSocket per server).
 - `rest`: the same two servers with `HTTPSandbox(channel=False)`: one HTTP request per call (the
   transport before the channel; not in the default set).
-- `ray`: `RaySandboxPool(num_actors=2)` on a loopback-only local Ray cluster (`init_local_ray`).
+- `ray`: `RaySandboxPool(num_actors=2)` on a loopback-only local Ray cluster (`init_local_ray`),
+  cells over each actor's WebSocket (the default data path).
+- `ray-calls`: the same with `data_path="ray"`: every cell in an actor call (the transport
+  before the socket; not in the default set). With both Ray transports in a run, each one's
+  CPU count includes the other's idle actors (both live in the one Ray cluster).
 Every transport uses the same limits, preloads and pre-forked pool (`--pool-size` per server,
 actor, or the local sandbox).
 
@@ -334,8 +338,11 @@ class HTTP(Transport):
 class Ray(Transport):
     name, label = "ray", "Ray, 2 actors"
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, data_path: str = "socket") -> None:
         self.plan = plan
+        self.data_path = data_path
+        if data_path == "ray":
+            self.name, self.label = "ray-calls", "Ray, 2 actors, cells as actor calls"
         self._actor_pids: list[int] = []
 
     async def start(self) -> None:
@@ -345,7 +352,9 @@ class Ray(Transport):
 
         if not ray.is_initialized():
             init_local_ray(num_cpus=os.cpu_count())
-        self.client = RaySandboxPool(2, limits=LIMITS, pool_size=self.plan.pool_size)
+        self.client = RaySandboxPool(
+            2, limits=LIMITS, pool_size=self.plan.pool_size, data_path=self.data_path
+        )
         await self.client.start()
         stats = await self.client.stats()
         self._actor_pids = [a["pid"] for a in stats["actors"]]
@@ -634,10 +643,10 @@ async def main_async(args: argparse.Namespace, plan: Plan) -> dict:
         elif n in ("http", "rest"):
             servers.start(plan, folder)
             transports.append(HTTP(servers, channel=n == "http"))
-        elif n == "ray":
-            transports.append(Ray(plan))
+        elif n in ("ray", "ray-calls"):
+            transports.append(Ray(plan, "socket" if n == "ray" else "ray"))
         else:
-            raise SystemExit(f"unknown transport {n!r}: local, http, rest, ray")
+            raise SystemExit(f"unknown transport {n!r}: local, http, rest, ray, ray-calls")
     results = []
     try:
         for t in transports:

@@ -10,10 +10,12 @@ wall-clock speed.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
 
+import aiohttp
 import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'tirl[ray]')")
@@ -41,6 +43,15 @@ def ray_cluster():
 @pytest.fixture(scope="module")
 def pool(ray_cluster):
     pool = RaySandboxPool(num_actors=2, limits=CONTRACT_LIMITS)
+    asyncio.run(pool.start())
+    yield pool
+    asyncio.run(pool.close())
+
+
+@pytest.fixture(scope="module")
+def ray_path_pool(ray_cluster):
+    """A pool whose cells go as Ray calls (`exchange`), the fallback data path."""
+    pool = RaySandboxPool(num_actors=1, limits=CONTRACT_LIMITS, data_path="ray")
     asyncio.run(pool.start())
     yield pool
     asyncio.run(pool.close())
@@ -130,9 +141,13 @@ def test_sessions_spread_over_actors_and_cells_run_on_their_actor(pool):
     assert [cells[a["pid"]] - ok_before.get(a["pid"], 0) for a in live] == ran
 
 
-def test_many_sessions_at_once_share_actor_calls_and_get_their_own_replies(pool):
-    # 40 sleeping cells on 2 actors: more than COALESCE_MIN_RUNNING run on each at once, so
-    # exchanges carry many requests and replies (and wait to coalesce them)
+@pytest.mark.parametrize("pool_name", ["pool", "ray_path_pool"])
+def test_many_sessions_at_once_share_actor_calls_and_get_their_own_replies(request, pool_name):
+    # 40 sleeping cells at once. Over Ray calls (ray_path_pool), more than COALESCE_MIN_RUNNING
+    # run at once, so exchanges carry many requests and replies (and wait to coalesce them);
+    # over the sockets, one connection per actor carries them all.
+    pool = request.getfixturevalue(pool_name)
+
     async def one(i: int):
         async with await pool.session() as s:
             assert (await s.run(f"v = {i}")).ok
@@ -145,7 +160,10 @@ def test_many_sessions_at_once_share_actor_calls_and_get_their_own_replies(pool)
     assert asyncio.run(main()) == [f"{i * i}\n" for i in range(40)]
 
 
-def test_a_cancelled_run_kills_its_session_on_the_actor(pool):
+@pytest.mark.parametrize("pool_name", ["pool", "ray_path_pool"])
+def test_a_cancelled_run_kills_its_session_on_the_actor(request, pool_name):
+    pool = request.getfixturevalue(pool_name)
+
     async def main():
         s = await pool.session()
         cell = asyncio.ensure_future(s.run("import time\ntime.sleep(60)", timeout_s=60))
@@ -231,10 +249,14 @@ def test_close_leaves_no_sandbox_process_behind(ray_cluster):
     assert _wait_gone(pids) == []
 
 
-def test_an_actor_that_stops_answering_gives_killed_instead_of_hanging(ray_cluster):
+@pytest.mark.parametrize("connected", [False, True], ids=["connecting", "connected"])
+def test_an_actor_that_stops_answering_gives_killed_instead_of_hanging(ray_cluster, connected):
+    # A stopped actor's kernel still accepts a connection; nothing answers on it.
     async def main():
         async with RaySandboxPool(limits=CONTRACT_LIMITS, rpc_margin_s=1.0) as pool:
             s = await pool.session()
+            if connected:  # the socket is open before the actor stops
+                assert (await s.run("0")).ok
             actor_pid = (await pool.stats())["actors"][0]["pid"]
             os.kill(actor_pid, signal.SIGSTOP)  # alive, but answers nothing
             try:
@@ -243,6 +265,113 @@ def test_an_actor_that_stops_answering_gives_killed_instead_of_hanging(ray_clust
                 os.kill(actor_pid, signal.SIGCONT)
             assert r.status is Status.KILLED and "did not answer" in r.detail
             assert not s.alive
-            assert await s.restore() == 0 and (await s.run("2")).stdout == "2\n"
+            assert await s.restore() == int(connected)  # the cells replayed
+            assert (await s.run("2")).stdout == "2\n"
 
     asyncio.run(main())
+
+
+def _requests(stats: dict) -> dict[str, int]:
+    """Requests the live actors answered, by data path (Ray `exchange` calls or the socket)."""
+    live = [a for a in stats["actors"] if a["alive"]]
+    return {path: sum(a["requests"][path] for a in live) for path in ("ray", "socket")}
+
+
+def test_cells_go_over_the_actors_sockets_not_as_ray_calls(pool, ray_path_pool):
+    async def main(pool):
+        before = _requests(await pool.stats())
+        async with await pool.session() as s:
+            for i in range(10):
+                assert (await s.run(f"print({i})")).stdout == f"{i}\n"
+            assert (await pool.run_once("print('once')")).stdout == "once\n"
+            during = _requests(await pool.stats())
+        return before, during
+
+    before, during = asyncio.run(main(pool))
+    # One Ray request for the whole session (its `create`); the 11 cells went over the socket.
+    assert (during["ray"] - before["ray"], during["socket"] - before["socket"]) == (1, 11)
+    for slot in pool._slots:
+        assert slot.info["url"].startswith("http://127.0.0.1:")  # loopback on a local cluster
+    before, during = asyncio.run(main(ray_path_pool))
+    assert (during["ray"] - before["ray"], during["socket"] - before["socket"]) == (12, 0)
+
+
+def test_a_bad_message_on_the_socket_fails_only_that_request(pool):
+    async def main():
+        s = await pool.session()
+        await s.run("kept = 41")
+        info = s._slot.info
+        url = info["url"] + "/v1/channel"
+        assert url.startswith("http://127.0.0.1:")
+        async with aiohttp.ClientSession(trust_env=False) as http:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as no_key:
+                await http.ws_connect(url)
+            assert no_key.value.status == 401
+            headers = {"Authorization": f"Bearer {info['key']}"}
+            async with http.ws_connect(url, headers=headers) as ws:
+                await ws.send_str("not json")
+                await ws.send_str(json.dumps({"id": 1, "op": "run", "session": s.id, "code": 5}))
+                await ws.send_str(json.dumps({"id": 2, "op": "open"}))
+                await ws.send_str(json.dumps({"id": 3, "op": "run", "session": s.id}))
+                good = {"id": 4, "op": "run", "session": s.id, "code": "print(kept + 1)"}
+                await ws.send_str(json.dumps(good))
+                replies = {}
+                while len(replies) < 5:
+                    reply = json.loads((await ws.receive(timeout=30)).data)
+                    replies[reply["id"]] = reply
+        assert replies[None]["status"] == 400 and "not valid JSON" in replies[None]["body"]["error"]
+        assert (
+            replies[1]["status"] == 400 and "'code' must be a string" in replies[1]["body"]["error"]
+        )
+        assert (
+            replies[2]["status"] == 400
+            and "go through the actor's Ray" in replies[2]["body"]["error"]
+        )
+        assert replies[3]["status"] == 400 and "missing field 'code'" in replies[3]["body"]["error"]
+        assert (replies[4]["status"], replies[4]["body"]["stdout"]) == (200, "42\n")
+        # The session lives on after that connection closed: it belongs to the pool.
+        assert s.alive and (await s.run("print(kept)")).stdout == "41\n"
+        await s.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("max_restarts", [0, 1], ids=["replaced", "restarted-by-ray"])
+def test_an_actor_killed_mid_cell_fails_its_sessions_and_new_ones_use_its_successor(
+    ray_cluster, max_restarts
+):
+    # The actor's process dies while a cell runs on its socket: the socket closes, the pool asks
+    # Ray, and every session of that process reports the death. With max_restarts=0 the pool
+    # starts a new actor; with 1, Ray restarts the same one. Either way, new sessions reach the
+    # new process at its new address.
+    async def main():
+        options = {"max_restarts": max_restarts}
+        async with RaySandboxPool(limits=CONTRACT_LIMITS, actor_options=options) as pool:
+            running, idle = await pool.session(), await pool.session()
+            await idle.run("x = 1")
+            old = (await pool.stats())["actors"][0]
+            old_url = pool._slots[0].info["url"]
+            cell = asyncio.ensure_future(running.run("import time\ntime.sleep(30)", timeout_s=60))
+            await asyncio.sleep(0.5)
+            os.kill(old["pid"], signal.SIGKILL)
+            r = await asyncio.wait_for(cell, 60)
+            assert r.status is Status.KILLED, r
+            assert "sandbox actor" in r.detail and "died" in r.detail
+            assert not running.alive
+            later = await idle.run("print(x)")
+            assert later.status is Status.KILLED and "died" in later.detail
+            assert not idle.alive
+
+            async with await pool.session() as fresh:
+                assert (await fresh.run("print('fresh')")).stdout == "fresh\n"
+            new = (await pool.stats())["actors"][0]
+            assert new["alive"] and new["pid"] != old["pid"]
+            assert pool._slots[0].info["url"] != old_url
+            assert (await pool.stats())["actors_replaced"] == (1 if max_restarts == 0 else 0)
+            assert await idle.restore() == 1 and (await idle.run("print(x)")).stdout == "1\n"
+            await running.close()
+            await idle.close()
+            return old
+
+    old = asyncio.run(main())
+    assert _wait_gone([old["zygote_pid"], *old["session_pids"].values()]) == []

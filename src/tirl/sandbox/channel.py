@@ -308,6 +308,11 @@ class Channel:
         self._lock: asyncio.Lock | None = None  # made on first use, in the caller's loop
         self._closing = False
 
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open (else the next request connects first)."""
+        return self._conn is not None and self._conn.lost is None
+
     async def request(
         self,
         http: aiohttp.ClientSession,

@@ -5,12 +5,20 @@ process and its forked sessions, see `tirl.sandbox.local`). `RaySandboxPool` sta
 `num_actors` of them with Ray's SPREAD strategy, so on a cluster they land on different nodes
 (one per CPU node is the intended layout, see ../shared/research/sandboxes.md 7.4). A new
 session goes to the actor with the fewest live sessions and stays pinned there: the pool keeps
-the session id -> actor map on the caller's side, and every `run` of a `RaySession` is one actor
-call (routing by session id). Session ids are made by the caller, so a session keeps its id when
-`restore()` rebuilds it on another actor.
+the session id -> actor map on the caller's side. Session ids are made by the caller, so a session
+keeps its id when `restore()` rebuilds it on another actor.
 
-Calls. An actor call costs about a millisecond of CPU on each side (more on a loaded machine),
-more than a small cell, so the calls of a session (create, run, fork, close, run_once) travel in
+Data path. A Ray actor call costs about 1.6 ms round trip even idle, more than the 1 ms a cell
+may add, so by default (`data_path="socket"`) cells (`run`, `run_once`) do not travel as Ray
+calls: each actor serves the channel endpoint of `tirl sandbox serve` on its node, `ready()`
+gives the pool its address and key, and the pool sends cells over one WebSocket per actor and
+event loop (tirl.sandbox.ray_socket; +0.3 ms a cell instead of +2.7 ms, BENCHMARKS.md). Ray
+carries the rest (ready, create, fork, close, stats, shutdown) as below, and keeps placement,
+restarts and node failures. `data_path="ray"` sends cells as Ray calls too.
+
+Calls over Ray. An actor call costs about a millisecond of CPU on each side (more on a loaded
+machine), more than a small cell, so the calls of a session (create, fork, close, and run and
+run_once on the "ray" data path) travel in
 `exchange` calls that carry many at once, the way the HTTP transport's channel does
 (tirl.sandbox.channel): everything the caller's event loop asks of one actor in one turn goes
 out in one exchange, and an exchange returns every reply that is ready, waiting in line for
@@ -37,6 +45,16 @@ every call on its sessions returns `Status.KILLED` with `detail` "the sandbox ac
 sessions. `restore()` recreates such a session on a live actor and replays its client-side
 history (see `tirl.sandbox.api.SessionBase`). A stateless `run_once` whose actor dies returns
 KILLED and is not retried: the cell itself may be what killed it.
+On the socket, an actor's death shows as the connection closing (its process is gone, so the
+kernel closes its end): the calls waiting on it fail, and the pool asks Ray (one `ready` call
+per actor, whoever asks) whether the actor lives. Dead: as above. Restarted by Ray (with
+`actor_options={"max_restarts": n}`): `ready` starts the new process's sandbox and endpoint and
+gives its new address, which new sessions then use; the sessions of the old process (each knows
+which, from `create`) return KILLED "... died and Ray restarted it". Alive and the same process
+(only the connection was lost): a request that had not left is sent again on a new connection;
+one that had may have run, so its session is closed and reported KILLED. A cell with no reply
+within its bound, or cancelled, closes its session on the actor (through Ray), as a cancelled
+local run kills it. A malformed request on the socket gets an error for itself alone.
 
 Network safety on one machine. `init_local_ray()` starts a single-machine cluster that only ever
 talks over loopback (`RaySandboxPool.start()` calls it when Ray is not initialized yet). Plain
@@ -72,17 +90,21 @@ Ray then uses the nodes' real addresses, by design: the loopback-only rule above
 single-machine setup. Do not give a multi-node cluster the proxy variables (gRPC honours them
 too, and the nodes would not reach each other). Its dashboard probes the cloud metadata service
 and sends one "usage stats disabled" report, unless RAY_USAGE_STATS_REPORT_URL points elsewhere.
+Each actor's socket endpoint binds its node's address as Ray knows it (or `endpoint_host`) on a
+port the OS picks, so the trainer must reach the nodes on any port, as Ray's own workers do; it
+wants a random key per actor process, and has no TLS (cells and output cross the network in
+clear text: use `data_path="ray"` where that matters more than 2 ms a cell).
 
-Not covered: an actor that restarts (the pool uses max_restarts=0 and replaces it instead);
-back-pressure (an actor starts every request it is sent; opens wait inside its sandbox's
-`max_starting`, cells on the CPU); fork across actors (a fork always lives on its parent's
-actor).
+Not covered: back-pressure (an actor starts every request it is sent; opens wait inside its
+sandbox's `max_starting`, cells on the CPU); fork across actors (a fork always lives on its
+parent's actor).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import os
 import re
@@ -537,7 +559,8 @@ class _ActorSlot:
         self._mailbox: _Mailbox | None = None
         self._generation = 0
         self._socket: ActorSocket | None = None
-        self._probe: ray.ObjectRef | None = None  # a `ready` call asking after a socket failed
+        # A `ready` call asking after a socket failed, and a future that says when it answered.
+        self._probe: tuple[ray.ObjectRef, concurrent.futures.Future] | None = None
         self._background: set[asyncio.Task] = set()
 
     @property
@@ -598,31 +621,39 @@ class _ActorSlot:
         else:
             sid, (code, timeout_s) = None, args
             msg = {"op": "run_once", "code": code, "timeout_s": timeout_s}
+        deadline = time.monotonic() + timeout  # for the whole call, reconnecting included
         for attempt in range(2):
             self._check_process(boot)
+            left = max(deadline - time.monotonic(), 0.0)
             try:
-                status, body, alive = await self._current_socket().request(msg, timeout)
+                status, body, alive = await self._current_socket().request(msg, left)
             except Unreachable as e:
-                if e.timed_out:
-                    if cancel and sid is not None:
-                        self._close_later(sid)
-                    raise asyncio.TimeoutError from None
-                await self.refresh()  # _ActorGone if the actor is dead
-                self._check_process(boot)
-                if e.sent or attempt:  # the cell may have run; its reply is lost
-                    if sid is not None:
-                        self._close_later(sid)
-                    raise SandboxError(f"lost the socket to the {self.label} ({e})") from None
-                continue  # the actor lives and the request did not leave: send it again
+                lost = e
             except asyncio.CancelledError:
                 if cancel and sid is not None:
                     self._close_later(sid)  # ends a running cell, as a cancelled local run does
                 raise
-            if status != 200:
-                raise SandboxError(f"the {self.label} answered {status}: {body.get('error')}")
-            if method == "run":
-                body["alive"] = alive
-            return body
+            else:
+                if status != 200:
+                    raise SandboxError(f"the {self.label} answered {status}: {body.get('error')}")
+                if method == "run":
+                    body["alive"] = alive
+                return body
+            try:
+                if lost.timed_out:
+                    raise asyncio.TimeoutError
+                # _ActorGone if the actor is dead; TimeoutError if Ray does not answer in time
+                await self.refresh(deadline - time.monotonic())
+            except asyncio.TimeoutError:
+                if cancel and sid is not None:
+                    self._close_later(sid)
+                raise asyncio.TimeoutError from None
+            self._check_process(boot)
+            if lost.sent or attempt:  # the cell may have run; its reply is lost
+                if sid is not None:
+                    self._close_later(sid)
+                raise SandboxError(f"lost the socket to the {self.label} ({lost})")
+            # The actor lives and the request did not leave: send it again.
         raise AssertionError("unreachable")
 
     def _check_process(self, boot: str | None) -> None:
@@ -642,27 +673,25 @@ class _ActorSlot:
             sock = self._socket = ActorSocket(self.info["url"], self.info["key"])
         return sock
 
-    async def refresh(self) -> None:
+    async def refresh(self, within_s: float) -> None:
         """After the socket failed: ask Ray whether the actor lives and where its endpoint is
-        now (a restarted actor has a new one). Raises _ActorGone if the actor is dead. One
-        `ready` call answers every session that asks at the same time."""
-        bound = START_TIMEOUT_S + ACTOR_START_S
-        deadline = time.monotonic() + bound
+        now (a restarted actor has a new one). Raises _ActorGone if the actor is dead, and
+        asyncio.TimeoutError if Ray has no answer within `within_s` (the actor may be stopped
+        or busy; the question stays asked for the next caller). One `ready` call answers every
+        session that asks while it is pending."""
+        deadline = time.monotonic() + within_s
         while True:
             if self.dead_reason is not None:
                 raise _ActorGone(f"the {self.label} died: {self.dead_reason}")
-            if self._probe is None:
-                self._probe = self.handle.ready.remote()
-            ref = self._probe
+            if self._probe is None or self._probe[1].done():
+                ref = self.handle.ready.remote()
+                self._probe = (ref, ref.future())
+            ref = self._probe[0]
             try:
+                # Not the shared future itself: a caller that times out cancels what it awaits.
                 info = await _await_ref(ref, max(deadline - time.monotonic(), 0.0), False)
             except ray.exceptions.ActorUnavailableError:  # restarting: ask again
                 await asyncio.sleep(PROBE_RETRY_S)
-                continue
-            except asyncio.TimeoutError:
-                if self.dead_reason is None:
-                    self.dead_reason = f"it did not answer Ray within {bound:.0f} s"
-                    self.kill()
                 continue
             except ray.exceptions.RayTaskError as e:
                 raise SandboxError(f"the {self.label} failed: {_short(e.cause or e)}") from e
@@ -670,9 +699,6 @@ class _ActorSlot:
                 if self.dead_reason is None:
                     self.dead_reason = _short(e)
                 continue
-            finally:
-                if self._probe is ref:
-                    self._probe = None  # the next failure asks again
             self.info = info
             return
 
@@ -950,7 +976,7 @@ class RaySandboxPool(SandboxClient):
             try:
                 boot = await slot.call("create", sid, timeout=self._slow_bound())
                 if not slot.same_process(boot):  # Ray restarted it: learn its new endpoint
-                    await slot.refresh()
+                    await slot.refresh(self._slow_bound())
                 return slot, boot
             except _ActorGone as e:
                 slot.session_ids.discard(sid)

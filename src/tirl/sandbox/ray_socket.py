@@ -48,6 +48,7 @@ from tirl.sandbox.channel import (
     Channel,
     Reply,
     ServerChannel,
+    Unreachable,
     cell_fields,
     close_channels,
     serve_channel,
@@ -145,7 +146,20 @@ class ActorSocket:
         self._keeper = self.loop.create_task(self._close_with_loop())
 
     async def request(self, msg: dict[str, Any], timeout_s: float) -> tuple[int, dict, bool | None]:
-        """(status, body, alive) of one request; raises `channel.Unreachable`."""
+        """(status, body, alive) of one request within `timeout_s`, connecting first if need be;
+        raises `channel.Unreachable`."""
+        if self.channel.connected:
+            status, body, alive, _ = await self.channel.request(self.http, msg, timeout_s)
+            return status, body, alive
+        try:  # the connection's own bound is fixed (a stopped actor accepts, then never answers)
+            return await asyncio.wait_for(self._connect_and_request(msg, timeout_s), timeout_s)
+        except asyncio.TimeoutError:
+            what = f"did not accept a connection and answer within {timeout_s:g} s"
+            raise Unreachable(
+                f"the sandbox actor at {self.url} {what}", True, timed_out=True
+            ) from None
+
+    async def _connect_and_request(self, msg: dict[str, Any], timeout_s: float) -> Any:
         status, body, alive, _ = await self.channel.request(self.http, msg, timeout_s)
         return status, body, alive
 
