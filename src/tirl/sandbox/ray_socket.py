@@ -26,8 +26,11 @@ cancels its tasks at the end).
 
 Limits. No TLS, as for `tirl sandbox serve`: on a cluster of several nodes the cells, their
 output and the key cross the network in clear text (anyone who can call the actor through Ray
-can run code there anyway). What the pool does when a socket fails is in `tirl.sandbox.ray_pool`
-("Failures").
+can run code there anyway). Both ends ping an idle connection (channel.HEARTBEAT_S), so a
+caller whose event loop is blocked for more than half of it loses the connection: the next call
+connects again, but a cell that was waiting for its reply then counts as lost (its session is
+closed and returns KILLED). What the pool does when a socket fails is in
+`tirl.sandbox.ray_pool` ("Failures").
 """
 
 from __future__ import annotations
