@@ -139,6 +139,12 @@ class Registry:
     def __contains__(self, name: str) -> bool:
         return name in self._envs
 
+    def find(self, names: Iterable[str]) -> list[Environment] | None:
+        """The environments of `names` in order, or None if one is unknown: one C-level pass,
+        where `get` per name costs a Python call each (scoring looks up every task's steps)."""
+        found = list(map(self._envs.get, names))
+        return None if None in found else found
+
     def __iter__(self):
         return iter(self._envs.values())
 
