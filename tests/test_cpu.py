@@ -75,3 +75,19 @@ def test_busy_neighbours_take_the_threads_they_hold():
             spin.kill()
             spin.wait()
         torch.set_num_threads(before)
+
+
+def test_threads_computing_at_once_share_the_governed_count():
+    import tirl.cpu as cpu
+
+    before = torch.get_num_threads()
+    try:
+        cpu.configure_threads(2)
+        with cpu.sharing_cores(2):  # a sampler and a one-step-off-policy update
+            assert cpu._governor.pace() == 1 and torch.get_num_threads() == 1
+        assert cpu._governor.pace() == 2  # alone again: the whole count
+        with cpu.sharing_cores(4):
+            assert cpu._governor.pace() == 1  # never none
+    finally:
+        cpu._governor = None
+        torch.set_num_threads(before)

@@ -88,9 +88,13 @@ def test_micro_batches_and_shards_give_the_gradient_of_the_whole_minibatch(agg):
     whole = grads_after(model, trajs, base, [Shard()])
     micro = grads_after(model, trajs, dataclasses.replace(base, micro_batch_size=2), [Shard()])
     ranks = grads_after(model, trajs, base, [Shard(0, 2), Shard(1, 2)])
-    for a, b, c in zip(whole, micro, ranks):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
-        torch.testing.assert_close(a, c, atol=1e-6, rtol=1e-5)
+    # passes of at most 24 padded tokens, longest rows first, on one process and on two ranks
+    budget = dataclasses.replace(base, micro_batch_tokens=24)
+    by_tokens = grads_after(model, trajs, budget, [Shard()])
+    by_tokens_ranks = grads_after(model, trajs, budget, [Shard(0, 2), Shard(1, 2)])
+    for a, *others in zip(whole, micro, ranks, by_tokens, by_tokens_ranks):
+        for other in others:
+            torch.testing.assert_close(a, other, atol=1e-6, rtol=1e-5)
     assert any(g.abs().sum() > 0 for g in whole)
 
 
@@ -151,8 +155,10 @@ def test_two_gloo_ranks_with_fsdp_make_the_update_of_one_process(fsdp_updates):
     start, one, two = fsdp_updates["start"], fsdp_updates["one"], fsdp_updates["two"]
     moved = [k for k in start if not torch.equal(start[k], one["params"][k])]
     assert moved, "the update must change the parameters"
+    # Float rounding only: each pass is cut to its own longest row, so the two runs compute
+    # the same sums over different shapes (an lr-1e-3 update moves weights by ~1e-3).
     for key, value in one["params"].items():
-        torch.testing.assert_close(two["params"][key], value, atol=1e-6, rtol=0)
+        torch.testing.assert_close(two["params"][key], value, atol=5e-6, rtol=0)
     for key in ("actor/pg_loss", "actor/clip_frac", "actor/entropy"):
         assert two["metrics"][key] == pytest.approx(one["metrics"][key], abs=1e-6)
 

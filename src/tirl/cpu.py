@@ -25,6 +25,7 @@ that computes calls `pace()` itself; the choice is shared.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -84,6 +85,7 @@ class ThreadGovernor:
         self.threads = fixed or self.usable
         self._lock = threading.Lock()
         self._applied = threading.local()  # the count each thread last set
+        self.sharers = 1  # threads of this process computing at once (`sharing_cores`)
         self._mark = self._sample()
 
     @staticmethod
@@ -108,10 +110,11 @@ class ThreadGovernor:
         import torch
 
         self._rechoose()
-        if getattr(self._applied, "threads", None) != self.threads:
-            torch.set_num_threads(self.threads)
-            self._applied.threads = self.threads
-        return self.threads
+        threads = max(1, self.threads // self.sharers)
+        if getattr(self._applied, "threads", None) != threads:
+            torch.set_num_threads(threads)
+            self._applied.threads = threads
+        return threads
 
 
 _governor: ThreadGovernor | None = None
@@ -124,6 +127,23 @@ def configure_threads(threads: int) -> None:
     global _governor
     _governor = ThreadGovernor(threads)
     _governor.pace()
+
+
+@contextlib.contextmanager
+def sharing_cores(sharers: int):
+    """While inside, `sharers` threads of this process compute at once (the sampler and a
+    one-step-off-policy update): each `pace()` takes 1/`sharers` of the threads, so that
+    their OpenMP teams together do not outnumber the cores. A no-op for 1 or when the
+    threads are not governed."""
+    if _governor is None or sharers <= 1:
+        yield
+        return
+    _governor.sharers = sharers
+    try:
+        _governor.pace()
+        yield
+    finally:
+        _governor.sharers = 1
 
 
 def pace() -> None:

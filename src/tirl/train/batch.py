@@ -30,6 +30,18 @@ class TokenBatch:
     def select(self, rows: torch.Tensor | slice) -> TokenBatch:
         return TokenBatch(*(t[rows] for t in vars(self).values()))
 
+    def lengths(self) -> torch.Tensor:
+        """[B] real tokens of each row."""
+        return self.attention_mask.sum(-1)
+
+    def trimmed(self) -> TokenBatch:
+        """The same rows cut to their longest one: right padding past it changes no real
+        position's logits under causal attention, so every log-probability is the same."""
+        width = max(1, int(self.lengths().max()))
+        full = (self.input_ids, self.attention_mask)
+        shifted = (self.loss_mask, self.sampler_logprobs, self.sampled)  # [B, T-1]
+        return TokenBatch(*(t[:, :width] for t in full), *(t[:, : width - 1] for t in shifted))
+
 
 def collate(
     trajectories: Sequence[Trajectory], pad_id: int, mask_tool_output: bool = True

@@ -448,13 +448,28 @@ class RLConfig:
     micro_batch_size: int = setting(
         0, ">= 0", "sequences per forward pass (gradient accumulation); 0 = all"
     )
+    micro_batch_tokens: int = setting(
+        0,
+        ">= 0",
+        "padded tokens per forward pass (rows sorted by length, each pass cut to its longest"
+        " row; verl's dynamic batch size); replaces micro_batch_size when > 0; 0 = off",
+    )
     max_grad_norm: float = setting(1.0, "> 0", "gradient-norm clip")
-    old_logprobs: Literal["trainer", "sampler"] = setting(
-        "trainer",
+    old_logprobs: Literal["auto", "trainer", "sampler"] = setting(
+        "auto",
         doc="the PPO ratio's old log-probabilities: trainer = recomputed by the trainer before"
         " the update (one forward pass; the proximal policy when rollouts are stale or the"
         " sampler differs); sampler = the sampling engine's own, no pass (exact only when"
-        " sampler and trainer agree: hf engine, same dtype, no partial rollouts; docs/vllm.md)",
+        " sampler and trainer agree: hf engine, same dtype, no partial rollouts; docs/vllm.md);"
+        " auto = sampler where they agree (the hf engine, no partial rollouts, no rl.tis_cap,"
+        " no bf16 update), else trainer",
+    )
+    one_step_off_policy: bool = setting(
+        False,
+        doc="sample step k+1 while step k updates (the update in a thread of its own, the"
+        " engine on a copy of the weights): each batch is one update stale"
+        " (rl/staleness_mean), a step takes about max(sampling, update); not with partial"
+        " rollouts, torchrun or vLLM's sleep mode",
     )
     tis_cap: float | None = setting(
         None,
@@ -540,6 +555,13 @@ class RLConfig:
                 " log-probabilities; with rl.old_logprobs: sampler the ratio is 1 by"
                 " construction, so set one or the other",
                 "rl.tis_cap",
+            )
+        if self.one_step_off_policy and (self.segment_tokens or self.segment_tool_calls):
+            raise ConfigError(
+                "rl.one_step_off_policy does not combine with partial rollouts"
+                " (rl.segment_tokens / segment_tool_calls), which carry trajectories across"
+                " updates already: set one or the other",
+                "rl.one_step_off_policy",
             )
         self._check_algorithm_params()
 

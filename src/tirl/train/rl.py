@@ -60,6 +60,7 @@ the process): they restart from their prompts after a resume, so that resume is 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import random
@@ -73,7 +74,7 @@ from tqdm.auto import tqdm
 from tirl.algos.mismatch import mismatch_metrics, truncated_is_weights
 from tirl.algos.overlong import overlong_penalty
 from tirl.config import ConfigError
-from tirl.cpu import pace
+from tirl.cpu import pace, sharing_cores
 from tirl.protocol import Protocol, get_protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rewards.reward import make_reward
@@ -157,6 +158,26 @@ def tasks_to_start(prompts_per_step: int, waiting: int, in_flight: int | None) -
     return max(0, min(shortfall, 2 * prompts_per_step - waiting - in_flight))
 
 
+def staleness_metrics(trajs: Sequence[Trajectory], updates: int) -> dict[str, float]:
+    """How many updates the weights being trained are ahead of those that sampled the batch
+    (`meta["policy_version"]`: the engine's update count when the trajectory finished)."""
+    lags = [updates - t.meta.get("policy_version", updates) for t in trajs]
+    return {"rl/staleness_mean": sum(lags) / len(lags), "rl/staleness_max": float(max(lags))}
+
+
+def old_logprobs_from_sampler(cfg: RLConfig, engine: object, partial: bool) -> bool:
+    """Whether the update takes the sampler's log-probabilities as pi_old (`rl.old_logprobs`).
+    `auto` does where the sampler computes the trainer's own numbers: an engine that declares
+    `logprobs_match_trainer` (tirl's HF engine: the trainer's model or a copy of it, in its
+    dtype, untempered log-probs), without partial rollouts (several policy versions in one
+    trajectory), TIS (which corrects against the trainer's pass) or a bf16 update (the
+    engine samples in the weights' dtype)."""
+    if cfg.old_logprobs != "auto":
+        return cfg.old_logprobs == "sampler"
+    agree = getattr(engine, "logprobs_match_trainer", False)
+    return bool(agree) and not partial and cfg.tis_cap is None and not cfg.bf16
+
+
 class RLTrainer:
     def __init__(
         self,
@@ -216,6 +237,25 @@ class RLTrainer:
                     " under torch.distributed yet"
                 )
             self.pool = PartialRolloutPool(rollout, max_staleness=cfg.max_staleness)
+        engine = rollout.engine if rollout is not None else None
+        if cfg.one_step_off_policy:
+            if dist is not None:
+                raise ConfigError("rl.one_step_off_policy does not run under torch.distributed yet")
+            if getattr(engine, "model", None) is model:
+                raise ConfigError(
+                    "rl.one_step_off_policy needs an engine that samples a copy of the"
+                    " weights, not the model being trained (tirl train makes one)"
+                )
+            if getattr(engine, "sleep_during_update", False):
+                raise ConfigError(
+                    "rl.one_step_off_policy samples during the update, so the engine cannot"
+                    " sleep through it: drop sleep_during_update from rollout.engine_options"
+                )
+        self.old_from_sampler = old_logprobs_from_sampler(cfg, engine, self.pool is not None)
+        # One step off-policy: the update running in a thread while the next step samples,
+        # and the record it completes (logged when it is done).
+        self.updating: tuple[asyncio.Task, dict] | None = None
+        self.engine_version = 0  # updates included in the weights the engine samples with
         # False once the trained weights differ from the engine's (after an update or a
         # restored checkpoint): the next step pushes them before it samples.
         self.engine_current = True
@@ -244,7 +284,9 @@ class RLTrainer:
             )
             every = self.cfg.checkpoint_every
             if checkpoint_dir is not None and every and self.state.step % every == 0:
+                await self.finish_update()  # a checkpoint holds whole steps only
                 self.save_checkpoint(checkpoint_dir)
+        await self.finish_update()
         if checkpoint_dir is not None:
             self.save_checkpoint(checkpoint_dir)
 
@@ -274,6 +316,7 @@ class RLTrainer:
         limit (and so overlong penalty) differs."""
         for traj in trajs:
             score_trajectory(traj, self.task_at(traj.meta["task"]))
+            traj.meta.setdefault("policy_version", self.engine_version)
         ok = [t for t in trajs if t.finish_reason not in FAILED]
         if ok:
             for traj, reward in zip(ok, self.rewards_of(ok, max_tokens).tolist()):
@@ -379,9 +422,14 @@ class RLTrainer:
         return batch, stats
 
     async def step(self) -> dict:
+        """One step (module docstring); returns its record. With `rl.one_step_off_policy` the
+        step returns once its update has started, in a thread, while the next step samples;
+        the record gets the update's keys and is logged when the update is done."""
         start = time.perf_counter()
         cfg = self.cfg
-        pushed = {} if self.engine_current else await self.push_weights()
+        # With an update still running, the engine keeps the weights it has until it is done.
+        stale = not self.engine_current and self.updating is None
+        pushed = await self.push_weights() if stale else {}
         max_tokens, budget = self.limits()
         settings = RolloutSettings(
             max_model_tokens=max_tokens,
@@ -397,24 +445,28 @@ class RLTrainer:
         if self.pool is not None:
             batch_stats.update(self.pool.stats())
         rollout_s = time.perf_counter() - start
+        await self.finish_update()  # the previous step's, which ran while this one sampled
         metrics: dict = {"variant": self.variant, "phase": "rl", "step": self.state.step}
         metrics.update({"rl/budget": budget, "rl/max_model_tokens": max_tokens})
         metrics.update(batch_stats)
         metrics.update(pushed)  # a restored checkpoint's weights; an update's push replaces it
         if batch:
             pause = getattr(self.rollout.engine, "pause", None) if self.rollout else None
-            if pause is not None:  # e.g. vLLM's sleep mode frees its KV cache for the update
-                await pause()
+            if pause is not None and not cfg.one_step_off_policy:
+                await pause()  # e.g. vLLM's sleep mode frees its KV cache for the update
             trajs = [t for group in batch for t in group]
             rewards = torch.tensor([t.meta["reward"] for t in trajs], dtype=torch.float)
             metrics.update(self.rollout_metrics(trajs, rewards))
             # which tasks this update learned from, so a study can count its mixture from the log
             metrics["train/tasks"] = [self.task_at(group[0].meta["task"]).id for group in batch]
-            metrics.update(self.update(trajs, max_tokens, rewards))
-            metrics.update(await self.push_weights())
-            self.state.updates += 1
+            order = torch.randperm(len(trajs))  # drawn here: the update may run in a thread
+            if cfg.one_step_off_policy:
+                update = asyncio.to_thread(self.timed_update, trajs, max_tokens, rewards, order)
+                self.updating = (asyncio.ensure_future(update), metrics)
+            else:
+                metrics.update(self.timed_update(trajs, max_tokens, rewards, order))
+                await self.updated(metrics)
         metrics["train/updated"] = int(bool(batch))
-        metrics["train/updates"] = self.state.updates
         truncation = metrics.get("batch/truncation_rate_sampled", 0.0)
         if cfg.stages and truncation > cfg.expansion_threshold:
             self.state.stage = min(self.state.stage + 1, len(cfg.stages) - 1)
@@ -422,9 +474,39 @@ class RLTrainer:
         metrics["rl/stage"] = self.state.stage
         metrics["time/rollout_s"] = rollout_s
         metrics["time/step_s"] = time.perf_counter() - start
+        if self.updating is None or self.updating[1] is not metrics:
+            self.log(metrics)
+        return metrics
+
+    def timed_update(self, trajs, max_tokens, rewards, order) -> dict:
+        start = time.perf_counter()
+        with sharing_cores(2 if self.cfg.one_step_off_policy else 1):  # with the sampler
+            metrics = self.update(trajs, max_tokens, rewards, order)
+        metrics["time/update_s"] = time.perf_counter() - start
+        return metrics
+
+    async def updated(self, metrics: dict) -> None:
+        """After an update: the count, and the new weights into the engine."""
+        self.state.updates += 1
+        metrics.update(await self.push_weights())
+
+    async def finish_update(self) -> None:
+        """Wait for the update running in a thread (one step off-policy), push its weights and
+        log the record it completes; nothing when none runs."""
+        if self.updating is None:
+            return
+        task, metrics = self.updating
+        try:
+            metrics.update(await task)
+        finally:
+            self.updating = None
+        await self.updated(metrics)
+        self.log(metrics)
+
+    def log(self, metrics: dict) -> None:
+        metrics["train/updates"] = self.state.updates
         if self.logger is not None:
             self.logger.log(metrics)
-        return metrics
 
     def rollout_metrics(self, trajs: list[Trajectory], rewards: torch.Tensor) -> dict:
         """Statistics of the trained batch (`rewards` [B], one per trajectory)."""
@@ -440,25 +522,32 @@ class RLTrainer:
 
     # ------------------------------------------------------------------ the update
     def update(
-        self, trajs: list[Trajectory], max_tokens: int, rewards: torch.Tensor | None = None
+        self,
+        trajs: list[Trajectory],
+        max_tokens: int,
+        rewards: torch.Tensor | None = None,
+        order: torch.Tensor | None = None,
     ) -> dict:
-        """Optimizer steps on one batch; `rewards` [B] (default: `rewards_of(trajs)`)."""
+        """Optimizer steps on one batch; `rewards` [B] (default: `rewards_of(trajs)`), `order`
+        [B] the rows' permutation into minibatches (default: drawn here)."""
         cfg = self.cfg
         rewards = self.rewards_of(trajs, max_tokens) if rewards is None else rewards
+        order = torch.randperm(len(trajs)) if order is None else order
         groups = torch.tensor([t.meta["task"] for t in trajs])
         batch = collate(trajs, self.pad_id, cfg.mask_tool_output).to(self.device)
         token_adv = batch_advantages(cfg, rewards, groups, batch.loss_mask.cpu()).to(
             self.device
         )  # [B, T-1]
-        mismatch = {}
-        if cfg.old_logprobs == "sampler":  # no pass: the sampler's numbers are pi_old
+        micro = (cfg.micro_batch_size, cfg.micro_batch_tokens)
+        mismatch = staleness_metrics(trajs, self.state.updates)
+        if self.old_from_sampler:  # no pass: the sampler's numbers are pi_old
             old_logprobs = batch.sampler_logprobs * batch.sampled  # [B, T-1]
         else:
             # Every rank scores the whole batch here, so the numbers match one process
             # exactly; the backward passes below are what is sharded.
             with update_autocast(cfg, self.model, self.device):  # as the update's forward
-                old_logprobs = batch_logprobs(self.model, batch, cfg.micro_batch_size)
-            mismatch = mismatch_metrics(old_logprobs, batch.sampler_logprobs, batch.sampled)
+                old_logprobs = batch_logprobs(self.model, batch, *micro)
+            mismatch |= mismatch_metrics(old_logprobs, batch.sampler_logprobs, batch.sampled)
             if cfg.tis_cap is not None:  # [B, T-1] weights on the token losses (algos.mismatch)
                 tis = truncated_is_weights(
                     old_logprobs, batch.sampler_logprobs, batch.sampled, cfg.tis_cap
@@ -470,11 +559,10 @@ class RLTrainer:
         ref_logprobs = None
         if self.reference is not None:
             with update_autocast(cfg, self.reference, self.device):
-                ref_logprobs = batch_logprobs(self.reference, batch, cfg.micro_batch_size)
+                ref_logprobs = batch_logprobs(self.reference, batch, *micro)
 
         self.model.train()
         per_update: list[dict] = []
-        order = torch.randperm(len(trajs))
         for rows in order.chunk(cfg.updates_per_step):
             pace()  # torch's threads follow the free cores (tirl.cpu)
             self.optimizer.zero_grad(set_to_none=True)
@@ -511,6 +599,7 @@ class RLTrainer:
         if load is not None:
             await load(self.model)
         self.engine_current = True
+        self.engine_version = self.state.updates
         return {"time/weight_push_s": time.perf_counter() - start}
 
     # ------------------------------------------------------------------ checkpoints

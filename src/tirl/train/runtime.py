@@ -17,6 +17,7 @@ engines or settings by hand, so every command samples the same way from the same
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,8 @@ def engine_for(
             raise ValueError(f"engine {cfg.rollout.engine} needs a folder to save the policy in")
         save_policy(model, tokenizer, policy_dir)
         model_path = str(policy_dir)
+    if cfg.rl.one_step_off_policy and "model" in kind.needs and model is not None:
+        model = copy.deepcopy(model)  # sampled while the trainer updates the original
     spec = EngineSpec(
         model=model,
         model_path=model_path,

@@ -47,19 +47,40 @@ def agg_count(mask: torch.Tensor, mode: str) -> int:
     return int((mask.sum(-1) > 0).sum().item())
 
 
-def micro_batches(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
-    return list(rows.split(size)) if size > 0 else [rows]
+def token_budget_runs(ordered: torch.Tensor, lengths: torch.Tensor, budget: int) -> list:
+    """`ordered` rows (longest first) cut into runs whose padded size, rows x the run's first
+    (longest) row's length, stays within `budget` tokens; a row longer than the budget runs
+    alone. verl's dynamic batch size (`use_dynamic_bsz`) bounds a micro-batch the same way."""
+    runs, start = [], 0
+    while start < len(ordered):
+        take = max(1, budget // max(1, int(lengths[ordered[start]])))
+        runs.append(ordered[start : start + take])
+        start += take
+    return runs
 
 
-def shard_micro_batches(rows: torch.Tensor, size: int, shard: Shard) -> list[torch.Tensor]:
-    """This shard's rows of a minibatch in micro-batches of at most `size` (0: one).
+def shard_micro_batches(
+    rows: torch.Tensor, lengths: torch.Tensor, size: int, shard: Shard, tokens: int = 0
+) -> list[torch.Tensor]:
+    """This shard's rows of a minibatch in micro-batches, longest rows first: of at most
+    `size` rows each (0: one), or, with `tokens` > 0, of at most `tokens` padded tokens each.
+    `lengths` [B] are every row's real tokens.
 
-    Every rank gets the same number of micro-batches, some possibly empty: FSDP's collectives
-    need each rank to run the same number of forward and backward passes.
+    The rows are sorted by length, so that each micro-batch, cut to its own longest row
+    (`TokenBatch.trimmed`), computes little padding; the minibatch's gradient is the same
+    whichever rows go together (`minibatch_loss_backward` weighs each micro-batch by its
+    share). The split is planned over the whole minibatch and each micro-batch then sharded,
+    so every rank gets the same number of micro-batches, some possibly empty: FSDP's
+    collectives need each rank to run the same number of forward and backward passes.
     """
-    per_rank = -(-len(rows) // shard.world)  # the largest shard
-    count = max(1, -(-per_rank // size)) if size > 0 else 1
-    return list(torch.tensor_split(shard.rows(rows), count))
+    ordered = rows[lengths[rows].argsort(descending=True, stable=True)]
+    if tokens > 0:
+        runs = token_budget_runs(ordered, lengths, tokens * shard.world)
+    else:
+        per_rank = -(-len(rows) // shard.world)  # the largest shard
+        count = max(1, -(-per_rank // size)) if size > 0 else 1
+        runs = list(torch.tensor_split(ordered, count))
+    return [shard.rows(run) for run in runs]
 
 
 def batch_advantages(
@@ -73,11 +94,18 @@ def batch_advantages(
 
 
 @torch.no_grad()
-def batch_logprobs(model: torch.nn.Module, batch: TokenBatch, micro: int) -> torch.Tensor:
-    """[B, T-1] log-probabilities of every target token, in micro-batches of `micro` rows."""
+def batch_logprobs(
+    model: torch.nn.Module, batch: TokenBatch, micro: int, tokens: int = 0
+) -> torch.Tensor:
+    """[B, T-1] log-probabilities of every target token (0 past the longest row of its pass:
+    only a row's real positions mean anything, as in one padded pass), in length-sorted
+    micro-batches of `micro` rows or `tokens` padded tokens (`shard_micro_batches`)."""
     rows = torch.arange(batch.input_ids.shape[0], device=batch.input_ids.device)
-    parts = [token_logprobs(model, batch.select(r))[0] for r in micro_batches(rows, micro)]
-    return torch.cat(parts)
+    out = torch.zeros(batch.loss_mask.shape, device=batch.input_ids.device)
+    for part in shard_micro_batches(rows, batch.lengths(), micro, Shard(), tokens):
+        logprobs = token_logprobs(model, batch.select(part).trimmed())[0]
+        out[part, : logprobs.shape[1]] = logprobs
+    return out
 
 
 def update_autocast(cfg: RLConfig, model: torch.nn.Module, device: torch.device):
@@ -116,17 +144,20 @@ def minibatch_loss_backward(
     total = agg_count(batch.loss_mask[rows], cfg.loss_agg)
     device = batch.input_ids.device
     sums: dict[str, float] = {}
-    for micro in shard_micro_batches(rows, cfg.micro_batch_size, shard):
+    lengths = batch.lengths()
+    plan = shard_micro_batches(rows, lengths, cfg.micro_batch_size, shard, cfg.micro_batch_tokens)
+    for micro in plan:
         # An empty micro-batch still runs (on one row, weighted 0) to keep ranks in step.
         weight = agg_count(batch.loss_mask[micro], cfg.loss_agg) / max(1, total)
         micro = micro if len(micro) else rows[:1]
-        mb = batch.select(micro)
+        mb = batch.select(micro).trimmed()
+        cols = slice(0, mb.loss_mask.shape[1])  # the [B, T-1] columns of the trimmed rows
         with update_autocast(cfg, model, device):
             logprobs, entropy = token_logprobs(model, mb, with_entropy=True)
         loss, metrics = policy_loss(
             logprobs.float(),
-            old_logprobs[micro],
-            token_adv[micro],
+            old_logprobs[micro, cols],
+            token_adv[micro, cols],
             mb.loss_mask,
             agg=cfg.loss_agg,
             norm_len=norm_len,
@@ -138,7 +169,7 @@ def minibatch_loss_backward(
         metrics["actor/entropy"] = float(entropy_term.detach())
         if ref_logprobs is not None:
             kl = agg_loss(
-                kl_penalty(logprobs.float(), ref_logprobs[micro], cfg.kl_estimator),
+                kl_penalty(logprobs.float(), ref_logprobs[micro, cols], cfg.kl_estimator),
                 mb.loss_mask,
                 cfg.loss_agg,
                 norm_len=norm_len,

@@ -246,7 +246,10 @@ def verl_settings(cfg: RunConfig) -> dict[str, Any]:
     }
     if rl.loss_agg == "seq-mean-token-sum-norm":  # tirl divides by the model-token limit
         s[f"{_ACTOR}.loss_scale_factor"] = rl.max_model_tokens
-    if rl.micro_batch_size > 0:
+    if rl.micro_batch_tokens > 0:
+        s[f"{_ACTOR}.use_dynamic_bsz"] = True
+        s[f"{_ACTOR}.ppo_max_token_len_per_gpu"] = rl.micro_batch_tokens
+    elif rl.micro_batch_size > 0:
         s[f"{_ACTOR}.use_dynamic_bsz"] = False
         for key in (
             f"{_ACTOR}.ppo_micro_batch_size_per_gpu",

@@ -240,10 +240,21 @@ MAPPING: dict[str, Row] = {
         note="N -> N sequences per GPU and forward pass; 0 (all) -> verl's token-packed dynamic"
         " batches of at most one full sequence's length",
     ),
+    "rl.micro_batch_tokens": _verl(
+        f"{_ACTOR}.use_dynamic_bsz",
+        f"{_ACTOR}.ppo_max_token_len_per_gpu",
+        note="N > 0 -> verl's token-packed dynamic batches of at most N tokens per GPU (over"
+        " rl.micro_batch_size)",
+    ),
     "rl.max_grad_norm": _verl(f"{_ACTOR}.optim.clip_grad"),
     "rl.old_logprobs": _verl(
         "algorithm.rollout_correction.bypass_mode",
-        note="sampler -> verl's bypass mode: the rollout's log-probs are the old ones, PPO clip",
+        note="sampler -> verl's bypass mode: the rollout's log-probs are the old ones, PPO clip;"
+        " auto -> recomputed (verl samples with vLLM or SGLang, whose numbers differ)",
+    ),
+    "rl.one_step_off_policy": _none(
+        "tirl's own trainer only: a verl launch samples on-policy (verl's one-step-off-policy"
+        " recipe is a separate entry point)"
     ),
     "rl.tis_cap": _verl(
         "algorithm.rollout_correction.rollout_is",
