@@ -1,42 +1,48 @@
 """tirl's RL step against TRL's GRPOTrainer, and tirl with the interpreter against text-only.
 
-    python bench/peers.py [--quick] [--steps 5] [--threads 1] [--model PATH] [--out FILE]
-                          [--what-if] [--profile N] [--no-trl] [--no-tools]
+    python bench/peers.py [--quick] [--blocks 4] [--block 4] [--threads 1] [--model PATH]
+                          [--out FILE] [--profile N] [--no-trl] [--no-tools] [--no-before]
 
-Three contenders train the same policy on the same tasks, one RL step at a time, their steps
-interleaved (the order rotates every step) so that all see the same load on a shared machine:
+Contenders train the same policy on the same tasks, a block of RL steps at a time, their
+blocks interleaved (the order rotates every round) so that all see the same load on a shared
+machine:
 - `TRL GRPOTrainer`: TRL's trainer, text-only (its tool calling needs a chat model), in a
   process of its own in TRL's venv (`bench/peers_trl.py`);
 - `tirl text-only`: `tirl.train.rl.RLTrainer` as `tirl train` builds it (the pipeline's
-  engine, rollout and trainer), without the interpreter;
+  engine, rollout and trainer), without the interpreter, with the fast paths of issue 30:
+  the sampler's log-probs as the old ones (`rl.old_logprobs: auto`), passes planned by a
+  token budget over length-sorted rows (`rl.micro_batch_tokens`), and the next step sampled
+  while this one updates (`rl.one_step_off_policy`);
 - `tirl with tools`: the same, with the sandbox on (tirl's quickstart: code blocks run as they
-  close, tool budget 2).
+  close, tool budget 2);
+- `... (before)`: both tirl contenders with the settings of the previous round (issue 17:
+  old log-probs scored in passes of 32 rows, one pass per minibatch, on-policy), in the same
+  run (`--no-before` leaves them out).
 
-Matched for all three (printed side by side): the policy (tirl's tiny Qwen2, loaded by path
-from one `save_pretrained` folder), the tasks (tirl's arithmetic source, the same prompts in
-the same order, tokenized to the same ids), 8 prompts x 8 samples per step, 64 model tokens,
-temperature 1 (no top-p / top-k), 2 optimizer updates per step over minibatches of 32 rows,
-one forward pass per minibatch (no gradient accumulation), old log-probs scored in passes of
-32, no KL (no reference model), clip 0.2 / 0.28, token-mean loss, float32, no vLLM, the same
-torch thread count. Rewards are tirl's (+1 / -1 by the task's scorer) in both trainers.
+Matched for all (printed side by side): the policy (tirl's tiny Qwen2, loaded by path from one
+`save_pretrained` folder), the tasks (tirl's arithmetic source, the same prompts in the same
+order, tokenized to the same ids), 8 prompts x 8 samples per step, 64 model tokens,
+temperature 1 (no top-p / top-k), 2 optimizer updates per step over minibatches of 32 rows, no
+KL (no reference model), clip 0.2 / 0.28, token-mean loss, float32, no vLLM, the same torch
+thread count per process. Rewards are tirl's (+1 / -1 by the task's scorer) in both trainers.
+The one-step-off-policy update runs in a thread of its own beside the sampler: with
+`--threads 1` tirl then computes on two threads where TRL computes on one; with `--threads 2`
+every contender may use both cores (tirl's two threads share them, `tirl.cpu.sharing_cores`).
 
 The policy is the quickstart's model after a short SFT on code demonstrations (so that it
 ends its answers and calls the interpreter), made once and kept in
 `~/.cache/tirl/peers-policy-<hash>` (about 90 s on 2 cores); `--model` uses a saved tirl
 policy instead (e.g. a quickstart run's `runs/quickstart/code/sft`).
 
-Reported per contender (medians over the measured steps, after one warm-up step): seconds
-per RL step, sampled tokens/s over the whole step and over sampling alone, and where the step
-goes: sampling (tirl: with the tool calls), scoring (old log-probs and rewards), update (the
-optimizer steps and the rest). TRL lives in its own venv so that it cannot change the main
-environment's torch or transformers; without it, the TRL column is left out with a one-line
-hint saying how to get it. `pad share` is the share of tirl's update batch that is padding
-(rows are padded to the step's longest trajectory).
-
-`--what-if` adds a fourth contender: tirl text-only whose update takes the sampler's
-log-probs (same weights, temperature 1) as the old ones instead of a scoring pass, a change
-tirl does not have; it measures what that change would save. `--profile N` lists the torch ops
-tirl's steps spend most time in, over every thread (the sampler runs in a thread of its own).
+Reported per contender: seconds per RL step (each block's wall time, its last update waited
+for, over its steps; the median over the measured blocks, after one warm-up block), sampled
+tokens/s, and where a step goes (medians of each column on its own): sampling (tirl: with the
+tool calls), scoring (old log-probs and rewards), update (the optimizer steps; with the
+overlap it runs while the next step samples, so the columns add up to more than a step).
+`pad share` is the share of the token positions tirl's passes computed that were padding.
+TRL lives in its own venv so that it cannot change the main environment's torch or
+transformers; without it, the TRL column is left out with a one-line hint saying how to get
+it. `--profile N` lists the torch ops tirl's steps spend most time in, over every thread.
 """
 
 from __future__ import annotations
@@ -57,8 +63,8 @@ from pathlib import Path
 TRL_VERSION = "1.16.0"  # the newest TRL, and it runs on the main environment's transformers 5.24
 TRL_VENV = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tirl" / "trl-venv"
 TRL_HINT = (
-    f"TRL not found in {TRL_VENV}: python -m venv --system-site-packages {TRL_VENV} &&"
-    f" {TRL_VENV}/bin/pip install trl=={TRL_VERSION}   (then run this again)"
+    f"TRL not found in {TRL_VENV}: python bench/peers.py --make-trl-venv   (a venv layered on"
+    f" this environment, as the tests make theirs, with trl=={TRL_VERSION}; then run this again)"
 )
 TRL_SCRIPT = Path(__file__).with_name("peers_trl.py")
 
@@ -68,13 +74,17 @@ POLICY_SFT = [
     "variants=[code]", "sft.steps=150", "sft.examples=1000", "sft.code_share=1.0",
     "sft.lr=0.002", "sft.batch_size=32", "rl.steps=0",
 ]  # fmt: skip
-# The RL step being compared: the quickstart's, with old log-probs scored in passes of 32 rows
-# as TRL does (rl.micro_batch_size 0 would score all 64 at once; an update's minibatch is 32
-# rows either way).
-RL_STEP = ["sft.steps=0", "rl.micro_batch_size=32", "rl.warmup_steps=0"]
+# The RL step being compared: the quickstart's, with an update's minibatch of 32 rows.
+RL_STEP = ["sft.steps=0", "rl.warmup_steps=0"]
+# The previous round's settings (issue 17): old log-probs scored in passes of 32 rows as TRL
+# does, one forward-backward pass per minibatch, on-policy.
+BEFORE = ["rl.old_logprobs=trainer", "rl.micro_batch_size=32"]
+# This round's: no scoring pass, passes of at most 1,024 padded tokens over length-sorted rows,
+# the next step sampled during the update.
+FAST = ["rl.old_logprobs=auto", "rl.micro_batch_tokens=1024", "rl.one_step_off_policy=true"]
 
 TRL, TEXT, TOOLS = "TRL GRPOTrainer", "tirl text-only", "tirl with tools"
-REUSE = "tirl text-only, no scoring pass (what-if)"
+TEXT_BEFORE, TOOLS_BEFORE = f"{TEXT} (before)", f"{TOOLS} (before)"
 
 
 # ---------------------------------------------------------------------- the policy
@@ -119,19 +129,19 @@ class TirlSide:
     """tirl's RLTrainer as `tirl train` builds it (`Pipeline.rl`), stepped one step at a time,
     with clocks around scoring."""
 
-    def __init__(
-        self, cfg, sandbox, use_tools: bool, run_dir: Path, reuse_sampler_logprobs: bool = False
-    ) -> None:
+    def __init__(self, cfg, sandbox, use_tools: bool, run_dir: Path) -> None:
         import tirl.train.rl as rl
         from tirl.train.pipeline import Pipeline, run_protocol
 
-        self.clock = StepClock(reuse_sampler_logprobs)
+        self.clock = StepClock()
         clock = self.clock
         pipeline = Pipeline(cfg, run_dir, evaluation=None)
         pipeline.prepare()
         model = pipeline.make_model()
         self.pipeline = pipeline
-        self.rollout = pipeline.rollout_for(model, sandbox, use_tools)
+        self.rollout = pipeline.rollout_for(
+            "code" if use_tools else "text", model, sandbox, use_tools
+        )
         first = cfg.sft.examples
 
         class TimedRLTrainer(rl.RLTrainer):
@@ -143,7 +153,6 @@ class TirlSide:
                 clock.add("tool_tokens", sum(t.num_tool_tokens for t in trajs))
                 clock.add("tool_calls", sum(len(t.tool_calls) for t in trajs))
                 clock.add("tool_s", sum(c.duration_s for t in trajs for c in t.tool_calls))
-                clock.lengths += [len(t.ids) for t in trajs]
 
         self.trainer = TimedRLTrainer(  # the arguments Pipeline.rl passes
             model,
@@ -159,6 +168,7 @@ class TirlSide:
             variant="code" if use_tools else "text",
             seed=cfg.seed,
         )
+        self.open: list[tuple[dict, dict]] = []  # records whose update may still run
 
     async def step(self, ops: OpTimes | None = None) -> dict:
         self.clock.reset()
@@ -170,49 +180,51 @@ class TirlSide:
                 metrics = await self.trainer.step()
         c = self.clock.counts
         logprob_s = c.get("logprob_s", 0.0)
-        return {
+        record = {
             "step_s": metrics["time/step_s"],
             "sample_s": metrics["time/rollout_s"] - c.get("reward_s", 0.0),
             "score_s": logprob_s + c.get("reward_s", 0.0),
-            "update_s": metrics["time/step_s"] - metrics["time/rollout_s"] - logprob_s,
             "sampled_tokens": c.get("sampled_tokens", 0),
             "tool_tokens": c.get("tool_tokens", 0),
             "tool_calls": c.get("tool_calls", 0),
             "tool_s": c.get("tool_s", 0.0),
-            "padded_share": padded_share(self.clock.lengths),
+            "computed_tokens": c.get("computed", 0),
+            "real_tokens": c.get("real", 0),
             "engine_steps": getattr(self.rollout.engine, "steps", 0) - decode_steps,
-            # mean |old - sampler| log-prob over model tokens: how far the what-if's shortcut
-            # (the sampler's log-probs as the old ones) is from the scoring pass it skips
-            "logprob_gap": metrics.get("mismatch/abs_diff_mean", float("nan")),
             "updated": metrics["train/updated"],
         }
+        self.open.append((record, metrics))
+        return record
+
+    async def drain(self) -> float:
+        """Wait for a running update (one step off-policy); its seconds. The records of the
+        block get their update times, which the trainer knows once the updates are done."""
+        start = time.perf_counter()
+        await self.trainer.finish_update()
+        for record, metrics in self.open:
+            record["update_s"] = metrics.get("time/update_s", 0.0)
+            record["staleness"] = metrics.get("rl/staleness_mean", 0.0)
+        self.open = []
+        return time.perf_counter() - start
 
     async def close(self) -> None:
         from tirl.backends.engine import close_engine
 
+        await self.drain()
         await close_engine(self.rollout.engine)
         self.pipeline.logger.close()
 
 
-def padded_share(lengths: list[int]) -> float:
-    """The share of the update's token positions that are padding: tirl's batch is right-padded
-    to its longest trajectory (`tirl.train.batch.collate`)."""
-    return 1 - sum(lengths) / (len(lengths) * max(lengths)) if lengths else 0.0
-
-
 class StepClock:
-    """Sums of what one step spent, filled by the timed trainer and the log-prob wrapper."""
+    """Sums of what one step spent, filled by the timed trainer and the wrappers below."""
 
     current: StepClock | None = None  # the side whose step is running
 
-    def __init__(self, reuse_sampler_logprobs: bool = False) -> None:
+    def __init__(self) -> None:
         self.counts: dict[str, float] = {}
-        self.lengths: list[int] = []
-        self.reuse_sampler_logprobs = reuse_sampler_logprobs
 
     def reset(self) -> None:
         self.counts = {}
-        self.lengths = []  # tokens of each trajectory sampled
         StepClock.current = self
 
     def add(self, key: str, value: float) -> None:
@@ -254,26 +266,36 @@ class OpTimes:
         return table(("op", "s/step", "calls/step"), rows)
 
 
-def time_old_logprobs() -> None:
+def instrument_tirl() -> None:
     """Clock tirl's scoring pass (old log-probs, `tirl.train.update.batch_logprobs`) as the
-    RL trainer calls it. The what-if side skips the pass and takes the log-probs the sampler
-    reported for the same weights (`TokenBatch.sampler_logprobs`, temperature 1) instead."""
+    RL trainer calls it, and count the token positions every pass computes
+    (`TokenBatch.trimmed`: each pass is cut to its longest row) against the real ones. The
+    counts of an overlapped update land in the step that was sampling meanwhile."""
     import tirl.train.rl as rl
+    from tirl.train.batch import TokenBatch
 
     inner = rl.batch_logprobs
 
-    def timed(model, batch, micro):
+    def timed(*args, **kwargs):
         clock = StepClock.current
         start = time.perf_counter()
-        if clock is not None and clock.reuse_sampler_logprobs:
-            out = batch.sampler_logprobs.clone()
-        else:
-            out = inner(model, batch, micro)
+        out = inner(*args, **kwargs)
         if clock is not None:
             clock.add("logprob_s", time.perf_counter() - start)
         return out
 
     rl.batch_logprobs = timed
+    trimmed = TokenBatch.trimmed
+
+    def counted(batch):
+        cut = trimmed(batch)
+        clock = StepClock.current
+        if clock is not None:
+            clock.add("computed", cut.input_ids.numel())
+            clock.add("real", int(cut.attention_mask.sum()))
+        return cut
+
+    TokenBatch.trimmed = counted
 
 
 # ---------------------------------------------------------------------- TRL's side
@@ -374,23 +396,29 @@ async def run(args, policy: Path) -> dict:
     from tirl.sandbox import Sandbox
     from tirl.train.pipeline import quiet_transformers
 
-    cfg = run_config([*RL_STEP, f"model.name_or_path={policy}", f"threads={args.threads}"])
+    base = [*RL_STEP, f"model.name_or_path={policy}", f"threads={args.threads}"]
+    cfg = run_config([*base, *FAST])
     quiet_transformers(cfg)
-    time_old_logprobs()
-    total = 1 + args.steps  # one warm-up step
+    instrument_tirl()
+    total = args.blocks + 1  # one warm-up block
     load_before = os.getloadavg()
     sides: dict = {}
     out = {"load_before": load_before, "policy": str(policy), "threads": args.threads}
     with tempfile.TemporaryDirectory(prefix="tirl-peers-") as tmp:
         async with Sandbox(cfg.sandbox.limits(), preload=tuple(cfg.sandbox.preload)) as sandbox:
-            sides[TEXT] = TirlSide(cfg, sandbox, False, Path(tmp) / "text")
-            if not args.no_tools:
-                sides[TOOLS] = TirlSide(cfg, sandbox, True, Path(tmp) / "tools")
-            if args.what_if:
-                sides[REUSE] = TirlSide(cfg, sandbox, False, Path(tmp) / "reuse", True)
+            contenders = [(TEXT, False, FAST), (TOOLS, True, FAST)]
+            if not args.no_before:
+                contenders += [(TEXT_BEFORE, False, BEFORE), (TOOLS_BEFORE, True, BEFORE)]
+            for name, tools, settings in contenders:
+                if tools and args.no_tools:
+                    continue
+                side_cfg = run_config([*base, *settings])
+                sides[name] = TirlSide(side_cfg, sandbox, tools, Path(tmp) / f"side{len(sides)}")
             if not args.no_trl:
                 task0 = sides[TEXT].pipeline.mixture.item("train", cfg.sft.examples)
-                spec = trl_spec(cfg, policy, sides[TEXT].pipeline.prompt_ids(task0), total)
+                spec = trl_spec(
+                    cfg, policy, sides[TEXT].pipeline.prompt_ids(task0), total * args.block
+                )
                 trl = start_trl(spec, TRL_VENV.parent / "peers-trl.log")
                 if trl is not None:
                     sides[TRL] = trl
@@ -401,33 +429,53 @@ async def run(args, policy: Path) -> dict:
             )
             names = list(sides)
             profiles = {n: OpTimes() for n in (TEXT, TOOLS) if args.profile and n in sides}
-            steps: dict[str, list[dict]] = {name: [] for name in names}
+            blocks: dict[str, list[dict]] = {name: [] for name in names}
             try:
                 for k in range(total):
                     order = names[k % len(names) :] + names[: k % len(names)]
                     for name in order:
-                        profile = profiles.get(name) if k > 0 else None
-                        record = await sides[name].step(profile)
-                        steps[name].append(record)
-                        print(f"step {k}{' (warm-up)' if k == 0 else ''} {name}:"
-                              f" {record['step_s']:.2f} s", flush=True)  # fmt: skip
+                        block = await run_block(
+                            sides[name], args.block, profiles.get(name) if k else None
+                        )
+                        blocks[name].append(block)
+                        print(f"block {k}{' (warm-up)' if k == 0 else ''} {name}:"
+                              f" {block['step_s']:.2f} s/step", flush=True)  # fmt: skip
             finally:
                 for side in sides.values():
                     await side.close()
-    out.update(load_after=os.getloadavg(), torch_threads=torch.get_num_threads(), steps=steps)
-    out["summary"] = {name: summarize(records[1:]) for name, records in steps.items()}
+    out.update(load_after=os.getloadavg(), torch_threads=torch.get_num_threads(), blocks=blocks)
+    out["summary"] = {name: summarize(records[1:]) for name, records in blocks.items()}
     for name, ops in profiles.items():
-        out.setdefault("profiles", {})[name] = ops.table(args.profile, len(steps[name]) - 1)
+        out.setdefault("profiles", {})[name] = ops.table(args.profile, args.blocks * args.block)
     return out
 
 
-def summarize(records: list[dict]) -> dict:
-    """Medians over the measured steps; tokens/s per step, then their median."""
-    med = {k: statistics.median(r[k] for r in records) for k in records[0] if k != "updated"}
-    med["tokens_per_s"] = statistics.median(r["sampled_tokens"] / r["step_s"] for r in records)
+async def run_block(side, steps: int, ops: OpTimes | None) -> dict:
+    """`steps` consecutive steps of one contender, then its running update waited for (so the
+    next contender's block does not share the machine with it): the block's seconds per
+    step, and its steps' records."""
+    start = time.perf_counter()
+    records = [await side.step(ops) for _ in range(steps)]
+    drain = getattr(side, "drain", None)
+    if drain is not None:
+        await drain()
+    return {"step_s": (time.perf_counter() - start) / steps, "steps": records}
+
+
+def summarize(blocks: list[dict]) -> dict:
+    """Seconds per step: the median over blocks; every other column: the median over all the
+    blocks' steps of that column on its own."""
+    records = [r for block in blocks for r in block["steps"]]
+    keys = [k for k in records[0] if k != "updated"]
+    med = {k: statistics.median(r[k] for r in records) for k in keys}
+    med["step_s"] = statistics.median(block["step_s"] for block in blocks)
+    med["tokens_per_s"] = statistics.median(r["sampled_tokens"] for r in records) / med["step_s"]
     med["sample_tokens_per_s"] = statistics.median(
         r["sampled_tokens"] / r["sample_s"] for r in records
     )
+    if "computed_tokens" in records[0]:
+        computed = sum(r["computed_tokens"] for r in records)
+        med["padded_share"] = 1 - sum(r["real_tokens"] for r in records) / max(1, computed)
     med["steps"] = len(records)
     return med
 
@@ -453,11 +501,11 @@ def config_table(cfg, trl: dict | None, threads: int, sampler: str) -> str:
         ("optimizer updates per step", rl.updates_per_step,
          trl_value("steps_per_generation", "num_iterations",
                    fmt="{} (steps_per_generation; num_iterations {})")),
-        ("rows per forward-backward pass", f"{b // rl.updates_per_step} (minibatch, "
-         f"micro_batch_size {rl.micro_batch_size})",
+        ("rows per forward-backward pass", f"{b // rl.updates_per_step} (minibatch) in passes"
+         f" of <= {rl.micro_batch_tokens} padded tokens, length-sorted (before: one pass)",
          trl_value("per_device_train_batch_size", "gradient_accumulation_steps",
                    fmt="{} (gradient_accumulation_steps {})")),
-        ("old log-probs", f"scored in passes of {rl.micro_batch_size}",
+        ("old log-probs", "the sampler's (rl.old_logprobs auto; before: scored in passes of 32)",
          trl_value("per_device_train_batch_size", fmt="scored in passes of {}")),
         ("loss", f"{rl.policy_loss} {rl.clip_low} / {rl.clip_high}, {rl.loss_agg}",
          trl_value("loss_type", "epsilon", "epsilon_high", fmt="{} {} / {}")),
@@ -468,7 +516,8 @@ def config_table(cfg, trl: dict | None, threads: int, sampler: str) -> str:
         ("gradient checkpointing", cfg.model.gradient_checkpointing,
          trl_value("gradient_checkpointing")),
         ("optimizer", "AdamW (torch)", trl_value("optim")),
-        ("torch threads", threads, (trl or {}).get("threads", "-")),
+        ("torch threads", f"{threads}; the update overlaps sampling in a second thread"
+         " (before: on-policy, one thread)", (trl or {}).get("threads", "-")),
     ]  # fmt: skip
     return table(("setting", "tirl", "TRL"), rows)
 
@@ -480,10 +529,11 @@ def result_table(summary: dict) -> str:
     for name, s in summary.items():
         speedup = f"{base['step_s'] / s['step_s']:.2f}x" if base else "-"
         pad = f"{s['padded_share']:.2f}" if "padded_share" in s else "-"
+        update = f"{s['update_s']:.2f}" if "update_s" in s else "-"
         rows.append((
             name, f"{s['step_s']:.2f}", f"{s['tokens_per_s']:.0f}",
             f"{s['sample_tokens_per_s']:.0f}", f"{s['sampled_tokens']:.0f}",
-            f"{s['sample_s']:.2f}", f"{s['score_s']:.2f}", f"{s['update_s']:.2f}",
+            f"{s['sample_s']:.2f}", f"{s['score_s']:.2f}", update,
             f"{s.get('tool_calls', 0):.0f}", pad, speedup,
         ))  # fmt: skip
     head = ("contender", "s/step", "sampled tok/s", "tok/s while sampling", "tokens/step",
@@ -497,19 +547,34 @@ def table(head: tuple, rows: list[tuple]) -> str:
     return "\n".join(lines)
 
 
+def make_trl_venv() -> None:
+    """TRL's venv, layered on this environment as the tests' side venvs are
+    (`tests/side_venv.py`): it shares torch and transformers, and pip adds only TRL's own
+    dependencies. `python -m venv --system-site-packages` run from inside a venv would see the
+    base interpreter instead, and pip would fetch a torch of its own."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from side_venv import layered_venv
+
+    python = layered_venv(TRL_VENV)
+    subprocess.run([str(python), "-m", "pip", "install", f"trl=={TRL_VERSION}"], check=True)
+    print(f"TRL {TRL_VERSION} in {TRL_VENV}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5, help="measured RL steps (after 1 warm-up)")
-    parser.add_argument("--quick", action="store_true", help="3 measured steps")
+    parser.add_argument("--blocks", type=int, default=4, help="measured blocks (after 1 warm-up)")
+    parser.add_argument("--block", type=int, default=4, help="RL steps per block")
+    parser.add_argument("--quick", action="store_true", help="2 measured blocks of 3 steps")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, every contender")
     parser.add_argument("--model", help="a saved tirl policy (default: the cached short SFT)")
     parser.add_argument("--no-trl", action="store_true", help="tirl only")
     parser.add_argument("--no-tools", action="store_true", help="leave out tirl with tools")
     parser.add_argument(
-        "--what-if", action="store_true",
-        help="add tirl text-only with the sampler's log-probs as the old ones (no scoring pass:"
-        " not a tirl setting today, a measured estimate of what that change would give)",
-    )  # fmt: skip
+        "--no-before", action="store_true", help="leave out the previous round's settings"
+    )
+    parser.add_argument(
+        "--make-trl-venv", action="store_true", help=f"make {TRL_VENV} with trl and stop"
+    )
     parser.add_argument(
         "--profile", type=int, default=0, metavar="N",
         help="print the N torch ops tirl's measured steps spent most time in, every thread"
@@ -517,10 +582,12 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--out", help="write every step's record as JSON here")
     args = parser.parse_args()
+    if args.make_trl_venv:
+        return make_trl_venv()
     if args.quick:
-        args.steps = 3
-    if args.steps < 1 or args.threads < 1:
-        parser.error("--steps and --threads must be >= 1")
+        args.blocks, args.block = 2, 3
+    if min(args.blocks, args.block, args.threads) < 1:
+        parser.error("--blocks, --block and --threads must be >= 1")
     if args.model and not (Path(args.model) / "config.json").is_file():
         parser.error(f"--model {args.model}: no saved policy there (config.json missing)")
     os.environ.setdefault("TQDM_DISABLE", "1")
@@ -530,14 +597,15 @@ def main() -> None:
         out = asyncio.run(run(args, policy))
     except TrlFailed as exc:  # stopped mid-run
         raise SystemExit(f"peers: {exc}") from None
-    cfg = run_config([*RL_STEP, f"model.name_or_path={out['policy']}"])
+    cfg = run_config([*RL_STEP, *FAST, f"model.name_or_path={out['policy']}"])
     print()
     print(config_table(cfg, out.get("trl"), args.threads, out["tirl_sampler"]))
     print()
     print(result_table(out["summary"]))
     trl = out.get("trl", {})
     versions = ", ".join(f"{k} {v}" for k, v in trl.get("versions", {}).items())
-    print(f"\nmedians of {args.steps} steps after 1 warm-up, order rotated every step;"
+    print(f"\nmedians of {args.blocks} blocks of {args.block} steps after 1 warm-up block,"
+          " order rotated every round;"
           f" load {out['load_before'][0]:.2f} before, {out['load_after'][0]:.2f} after;"
           f" {time.perf_counter() - start:.0f} s in all. {versions}")  # fmt: skip
     for name, text in out.get("profiles", {}).items():
