@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tirl.envs.core import Registry
 from tirl.envs.operators import OPERATORS, OperatorTask, make_task
-from tirl.envs.search import SearchConfig, search
+from tirl.envs.search import SearchConfig, sized_searches
 from tirl.envs.seeding import SPLITS, split_of
 
 DEFAULT_MIXTURE = {"sequential": 0.4, "parallel": 0.2, "sort": 0.2, "select": 0.2}
@@ -110,7 +110,8 @@ def build_tasks(
     is drawn uniformly from [min_size, max_size] and its operator from the mixture. One search
     per size (min_size = max_size = s) keeps sizes independent: a search only checks and yields
     composites of its own size; the searches share one walk of the search tree
-    (`tirl.envs.search`), so the levels below a size are run once for all. `counts`, if given,
+    (`tirl.envs.search.sized_searches`), so the levels below a size are run once for all, and
+    the walk drops the states all of them have passed. `counts`, if given,
     gets the searches' counts (`search`) and "other_split": composites dropped because their
     content hashes to the other split."""
     rng = random.Random(f"races-build/{config.seed}/{config.split}")
@@ -118,21 +119,14 @@ def build_tasks(
     # `rng.choices(operators, weights)[0]`, the same draw without its per-call setup
     cumulative = list(itertools.accumulate(config.mixture[o] for o in operators))
     total, last = cumulative[-1] + 0.0, len(operators) - 1
-    searches = {
-        s: search(
-            registry,
-            config.seed,
-            SearchConfig(
-                min_size=s,
-                max_size=s,
-                level=config.level,
-                inputs_per_composite=config.inputs_per_composite,
-            ),
-            config.split,
-            counts=counts,
-        )
-        for s in range(config.min_size, config.max_size + 1)
-    }
+    searches = sized_searches(
+        registry,
+        config.seed,
+        SearchConfig(level=config.level, inputs_per_composite=config.inputs_per_composite),
+        config.split,
+        range(config.min_size, config.max_size + 1),
+        counts,
+    )
     made = 0
     sizes = sorted(searches)
     while made < config.n and sizes:
