@@ -1,9 +1,11 @@
 """Throughput of tirl's batched KV-cache sampler against simpler ways to sample, same run.
 
-    python bench/sampler.py [--sequences 64] [--tokens 40] [--repeats 3]
+    python bench/sampler.py [--sequences 64] [--tokens 40] [--repeats 3] [--fast-path both|on|off]
 
 All three sample the same number of tokens from the same tiny model (made from scratch):
-- `tirl HFEngine`: every sequence in flight at once, one batched forward per token, KV cache;
+- `tirl HFEngine`: every sequence in flight at once, one batched forward per token, KV cache
+  (by default its slot cache's pass fused from the weights; `--fast-path both`, the default,
+  adds a row for the same engine through the model's modules, `tirl.backends.fused`);
 - `HF generate, one at a time`: `model.generate` per sequence (KV cache, batch 1);
 - `no cache, one at a time`: a full forward pass per token (what a naive loop does).
 Prints tokens/s (median of the repeats) and the speed-up over each baseline.
@@ -15,6 +17,7 @@ import argparse
 import asyncio
 import statistics
 import time
+from functools import partial
 
 import torch
 from transformers.utils import logging as hf_logging
@@ -36,9 +39,9 @@ def setup():
     return model, prompts
 
 
-def engine_run(model, prompts, tokens: int) -> int:
+def engine_run(model, prompts, tokens: int, fused: bool | None = None) -> int:
     async def main():
-        engine = HFEngine(model, eos_id=-1, max_batch=len(prompts), seed=0)
+        engine = HFEngine(model, eos_id=-1, max_batch=len(prompts), seed=0, fused=fused)
         outs = await asyncio.gather(
             *(engine.generate(i, p, max_new_tokens=tokens) for i, p in enumerate(prompts))
         )
@@ -80,12 +83,25 @@ def main() -> None:
     parser.add_argument("--sequences", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--fast-path",
+        choices=("both", "on", "off"),
+        default="both",
+        help="HFEngine's slot-cache pass fused from the weights (on, its default), through the"
+        " model's modules (off), or both (the second as its own row)",
+    )
     args = parser.parse_args()
     hf_logging.set_verbosity_error()
     model, prompts = setup()
     prompts = prompts[: args.sequences]
+    engines = {
+        "on": {"tirl HFEngine (batched, KV cache)": engine_run},
+        "off": {"tirl HFEngine (batched, KV cache)": partial(engine_run, fused=False)},
+    }
+    if args.fast_path == "both":
+        engines["on"]["tirl HFEngine, modules (not fused)"] = partial(engine_run, fused=False)
     runs = {
-        "tirl HFEngine (batched, KV cache)": engine_run,
+        **engines["off" if args.fast_path == "off" else "on"],
         "HF generate, one at a time": generate_run,
         "no cache, one at a time": no_cache_run,
     }

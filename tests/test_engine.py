@@ -450,8 +450,9 @@ def test_fused_engine_on_a_llama_samples_what_its_modules_sample():
 
 
 def test_fused_pass_uses_weights_changed_in_place_and_loaded(tiny_model, tokenizer):
-    """The concatenated q/k/v and gate/up weights follow an optimizer step (in place) and a
-    `load_weights` from another model: each call matches a full forward of the weights then."""
+    """The concatenated q/k/v and gate/up weights follow an optimizer step (in place), a
+    `load_weights` from another model and replaced parameters: each call matches a full
+    forward of the weights then."""
     model = build_model(
         tokenizer, TinyModelSpec(hidden_size=64, layers=2, heads=2, max_positions=256), seed=0
     ).eval()
@@ -469,13 +470,19 @@ def test_fused_pass_uses_weights_changed_in_place_and_loaded(tiny_model, tokeniz
         engine = HFEngine(model, -1, seed=0)
         assert engine.fused
         gaps, logprobs = [], []
-        for key, change in enumerate((None, "step", "load")):
+        for key, change in enumerate((None, "step", "load", "replace")):
             if change == "step":
                 with torch.no_grad():  # what an optimizer step does: every parameter, in place
                     for p in model.parameters():
                         p.add_(torch.randn_like(p) * 0.05)
             elif change == "load":
                 await engine.load_weights(other)
+            elif change == "replace":  # a new Parameter object, not a write into the old one
+                for proj in (
+                    model.model.layers[0].mlp.down_proj,
+                    model.model.layers[1].self_attn.k_proj,
+                ):
+                    proj.weight = torch.nn.Parameter(proj.weight.detach() * 2)
             gap, out = await call(engine, key)
             gaps.append(gap)
             logprobs.append(out)
@@ -484,7 +491,7 @@ def test_fused_pass_uses_weights_changed_in_place_and_loaded(tiny_model, tokeniz
 
     gaps, logprobs = asyncio.run(main())
     assert max(gaps) < 1e-4
-    assert logprobs[0] != logprobs[1] != logprobs[2]  # the weights did change the numbers
+    assert len({tuple(x) for x in logprobs}) == 4  # each change did change the numbers
 
 
 def test_models_without_a_fused_pass_fall_back_to_their_modules(tiny_model, tokenizer):

@@ -71,7 +71,7 @@ class _Layer:
     """One decoder layer's weights as the fused pass uses them."""
 
     __slots__ = ("in_norm", "qkv_w", "qkv_b", "o_w", "o_b", "post_norm", "gu_w", "gu_b")
-    __slots__ += ("down_w", "down_b", "eps_in", "eps_post")
+    __slots__ += ("down_w", "down_b", "eps_in", "eps_post", "inner")
 
 
 class FusedSlotForward:
@@ -103,7 +103,24 @@ class FusedSlotForward:
             )
             for layer in base.layers
         ]
-        self._stamp: list | None = None
+        # Every parameter a `_Layer` holds, as (its module's parameter dict, its name): read
+        # from the dict at each pass, so a replaced parameter is seen too, not only one
+        # changed in place.
+        self._watched = [
+            (module._parameters, name)
+            for layer, qkv, gate_up in self._modules
+            for module in (
+                *qkv,
+                *gate_up,
+                layer.self_attn.o_proj,
+                layer.mlp.down_proj,
+                layer.input_layernorm,
+                layer.post_attention_layernorm,
+            )
+            for name in ("weight", "bias")
+            if module._parameters.get(name) is not None
+        ]
+        self._stamp: list | None = None  # (dict, name, parameter, version) at the last build
         self._layers: list[_Layer] = []
 
     def usable(self) -> bool:
@@ -111,25 +128,21 @@ class FusedSlotForward:
         return not (self.model.training and self.dropout > 0)
 
     # ------------------------------------------------------------------ weights
-    def _sources(self) -> list:
-        """Every parameter the fused weights are built from, with its version counter."""
-        out = []
-        for _, qkv, gate_up in self._modules:
-            for module in (*qkv, *gate_up):
-                for p in (module.weight, module.bias):
-                    if p is not None:
-                        out.append((p, p._version))
-        return out
-
     def _current(self) -> list[_Layer]:
-        sources = self._sources()
-        stamp = self._stamp
-        if stamp is not None and len(stamp) == len(sources):
-            if all(a is c and v == w for (a, v), (c, w) in zip(stamp, sources)):
+        """The layers' weights, rebuilt if any parameter was replaced or changed in place
+        since the last build (their version counters move with every in-place write)."""
+        if self._stamp is not None:
+            for params, name, param, version in self._stamp:
+                now = params.get(name)
+                if now is not param or now._version != version:
+                    break
+            else:
                 return self._layers
         with torch.no_grad():
             self._layers = [self._build(*parts) for parts in self._modules]
-        self._stamp = sources
+        self._stamp = [
+            (params, name, params[name], params[name]._version) for params, name in self._watched
+        ]
         return self._layers
 
     @staticmethod
@@ -143,6 +156,7 @@ class FusedSlotForward:
         out.qkv_b = _cat_bias(qkv)
         out.o_w, out.o_b = layer.self_attn.o_proj.weight, layer.self_attn.o_proj.bias
         out.gu_w = torch.cat([m.weight for m in gate_up]).detach()
+        out.inner = gate_up[0].out_features
         out.gu_b = _cat_bias(gate_up)
         out.down_w, out.down_b = layer.mlp.down_proj.weight, layer.mlp.down_proj.bias
         return out
@@ -179,7 +193,8 @@ class FusedSlotForward:
             attn = _attention(qk[:, :heads], slot.keys, slot.values, plan, self.scaling)
             hidden = hidden + F.linear(attn.view(n, -1), w.o_w, w.o_b)
             x = _rms_norm(hidden, w.post_norm, w.eps_post)
-            gate, up = F.linear(x, w.gu_w, w.gu_b).chunk(2, -1)
+            gate_up = F.linear(x, w.gu_w, w.gu_b)
+            gate, up = gate_up[:, : w.inner], gate_up[:, w.inner :]
             hidden = hidden + F.linear(F.silu(gate) * up, w.down_w, w.down_b)
         norm = base.norm
         last = _rms_norm(hidden[ends], norm.weight, norm.variance_epsilon)
@@ -216,11 +231,18 @@ def _attention(query, keys, values, plan, scaling: float) -> torch.Tensor:
     for group in plan.groups:
         q = query[group.tokens]  # [Tg, H, Dh]
         k, v = _keys(keys, group), _keys(values, group)  # [G, H_kv, kv_len, Dh]
-        if group.at is None:  # one query per row: a KV head's query heads are its queries
+        if group.width == 1:  # one query per row: a KV head's query heads are its queries
             q = q.reshape(q.shape[0], -1, per_kv_head, dim)
             mask = group.bias(q.dtype)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
             parts.append(out.reshape(-1, heads, dim))
+            continue
+        if group.at is None:  # one row's chunk: nothing to pad
+            mask = group.bias(q.dtype)
+            out = F.scaled_dot_product_attention(
+                q.transpose(0, 1)[None], k, v, attn_mask=mask, enable_gqa=True, scale=scaling
+            )
+            parts.append(out[0].transpose(0, 1))
             continue
         padded = q.new_zeros((group.rows.shape[0], heads, group.width, dim))
         padded[group.at[0], :, group.at[1]] = q

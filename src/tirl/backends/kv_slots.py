@@ -85,7 +85,10 @@ class _Group:
     span: slice | None  # the same slots as a slice when consecutive (a view, no copy)
     width: int  # the longest chunk: queries are padded to it inside attention
     mask: torch.Tensor  # [G, 1, width, kv_len] bool
-    at: tuple[torch.Tensor, torch.Tensor] | None  # chunks: (row in group, column) per token
+    # Chunks of several rows: (row in group, column) per token, where each row's queries go
+    # in the padded [G, H, width, D] queries. None for one token per row, or for one row's
+    # chunk (its queries are already [1, H, width, D]).
+    at: tuple[torch.Tensor, torch.Tensor] | None
     _bias: torch.Tensor | None = None
 
     def bias(self, dtype: torch.dtype) -> torch.Tensor:
@@ -133,11 +136,18 @@ def slot_attention(module, query, key, value, attention_mask, scaling=None, drop
     for group in plan.groups:
         q = query[0, :, group.tokens].transpose(0, 1)  # [Tg, H, D]
         keys, values = _keys(key, group), _keys(value, group)  # [G, H_kv, kv_len, D]
-        if group.at is None:  # one query per row: a KV head's query heads are its queries,
+        if group.width == 1:  # one query per row: a KV head's query heads are its queries,
             q = q.reshape(q.shape[0], -1, per_kv_head, dim)  # so no key is repeated
             mask = group.bias(q.dtype)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, **sdpa)
             parts.append(out.reshape(-1, heads, dim))
+            continue
+        if group.at is None:  # one row's chunk: nothing to pad
+            mask = group.bias(q.dtype)
+            out = F.scaled_dot_product_attention(
+                q.transpose(0, 1)[None], keys, values, attn_mask=mask, enable_gqa=True, **sdpa
+            )
+            parts.append(out[0].transpose(0, 1))
             continue
         padded = q.new_zeros((group.rows.shape[0], heads, group.width, dim))
         padded[group.at[0], :, group.at[1]] = q
@@ -470,7 +480,7 @@ class SlotRows:
         past_t = torch.tensor([past[i] for i in members])
         kv_len = max(past[i] + len(feeds[i]) for i in members)
         at = None
-        if width > 1:
+        if width > 1 and len(members) > 1:
             at = (
                 torch.tensor(
                     [g for g, k in enumerate(lengths) for _ in range(k)], device=self.device
