@@ -562,3 +562,16 @@ def test_fused_tool_trajectories_are_those_of_the_modules_and_score_as_the_train
         logprobs, _ = token_logprobs(scripted_model, batch)
     assert ((logprobs - batch.sampler_logprobs).abs() * batch.loss_mask).max().item() < 1e-4
     assert all(s.kind is not SegmentKind.TOOL or s.ids for t in fused for s in t.segments)
+
+
+def test_fused_pass_in_bfloat16_samples_what_the_modules_sample(tokenizer):
+    """Weights held in bf16: the fused pass casts where the modules do (norms in float32)."""
+    spec = TinyModelSpec(hidden_size=64, layers=2, heads=2, max_positions=256)
+    model = build_model(tokenizer, spec, seed=0, dtype="bf16").eval()
+    prompts = [tokenizer(f"Problem: {i} * {i + 3} - 1\n")["input_ids"][: 4 + i] for i in range(5)]
+    fused, engine = _seeded_workload(model, prompts, "slots", fused=True)
+    modules, _ = _seeded_workload(model, prompts, "slots", fused=False)
+    assert engine.fused and model.dtype == torch.bfloat16
+    assert [ids for ids, _ in fused] == [ids for ids, _ in modules]
+    gap = max(abs(a - b) for (_, x), (_, y) in zip(fused, modules) for a, b in zip(x, y))
+    assert gap < 1e-5
