@@ -9,6 +9,7 @@ import json
 import random
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -362,7 +363,7 @@ def test_slow_and_oversized_steps_are_dropped():
 
 
 def test_the_inline_draws_are_the_library_draws():
-    from tirl.envs.seeding import Drawing, advance, permutation, shuffle
+    from tirl.envs.seeding import Drawing, advance, choice, permutation, shuffle
 
     class Drawn(random.Random):  # a subclass goes through the library functions
         pass
@@ -384,6 +385,10 @@ def test_the_inline_draws_are_the_library_draws():
                 assert [x for _, x in zip(range(min(3, n)), drawing)] == order[:3]
                 drawing.finish()
                 assert fast.random() == lib.random()  # both generators end in the same state
+                if n:
+                    assert [choice(fast, items) for _ in range(5)] == [
+                        lib.choice(items) for _ in range(5)
+                    ]
 
 
 def test_searches_sharing_a_walk_yield_what_each_yields_alone():
@@ -417,6 +422,37 @@ def test_searches_sharing_a_walk_yield_what_each_yields_alone():
     for t in threads:
         t.join()
     assert found == {0: want[(3, 3)], 1: want[(2, 3)]}
+
+
+def test_sized_searches_drop_only_states_every_search_has_passed():
+    """build_tasks's searches (`sized_searches`) run over a walk of their own that drops the
+    states all of them have passed: each must still yield what it yields on its own, however
+    their pulls interleave, and the walk must hold fewer states than it ran."""
+    import tirl.envs.library  # noqa: F401
+    from tirl.envs.core import REGISTRY
+    from tirl.envs.search import sized_searches
+
+    config = SearchConfig(max_frontier=3000)
+    n = {2: 700, 3: 500, 4: 300}
+    want = {
+        s: [
+            t.names()
+            for t in take(search(REGISTRY, 12, replace(config, min_size=s, max_size=s)), k)
+        ]
+        for s, k in n.items()
+    }
+    gens = sized_searches(REGISTRY, 12, config, "train", sorted(n))
+    got: dict[int, list] = {s: [] for s in n}
+    rng = random.Random(0)
+    while any(len(got[s]) < k for s, k in n.items()):
+        s = rng.choice([s for s, k in n.items() if len(got[s]) < k])
+        traj = next(gens[s])
+        got[s].append(traj.names())
+    assert got == want
+    frame = gens[4].gi_frame.f_locals  # the size-4 search's own generator
+    walk = frame["walk"]
+    levels = walk.round(0).levels
+    assert any(level.base > 0 for level in levels)  # some states were dropped
 
 
 def _counting_registry(calls: list) -> Registry:

@@ -22,7 +22,7 @@ from pathlib import Path
 from tirl.envs.core import Registry
 from tirl.envs.operators import OPERATORS, OperatorTask, make_task
 from tirl.envs.search import SearchConfig, sized_searches
-from tirl.envs.seeding import SPLITS, split_of
+from tirl.envs.seeding import SPLITS, choice, split_of
 
 DEFAULT_MIXTURE = {"sequential": 0.4, "parallel": 0.2, "sort": 0.2, "select": 0.2}
 
@@ -130,7 +130,7 @@ def build_tasks(
     made = 0
     sizes = sorted(searches)
     while made < config.n and sizes:
-        size = rng.choice(sizes)
+        size = choice(rng, sizes)
         traj = next(searches[size], None)
         if traj is None:  # this size is exhausted; the others go on
             sizes.remove(size)

@@ -385,18 +385,18 @@ class _States:
         self.base = 0  # states dropped
         self.read = readers  # per reader, the states it has passed (None: keep every state)
 
-    def count(self) -> int:
-        """States run so far, dropped ones included."""
-        return self.base + len(self.items)
-
     def take(self, i: int, reader: int | None) -> Chain | None:
         """State i if run, else None; `reader` has passed the states before i."""
         j = i - self.base
         if j < 0:
             raise RuntimeError(f"state {i} of a level was dropped before {reader} read it")
-        found = self.items[j] if j < len(self.items) else None
-        if reader is not None and self.read is not None:
-            self.passed(reader, i)
+        items = self.items
+        found = items[j] if j < len(items) else None
+        read = self.read
+        if read is not None and reader is not None:
+            read[reader] = i
+            if not i & 63:  # (now and then: a drop needs the slowest reader)
+                self._drop()
         return found
 
     def key(self, i: int) -> bytes:
@@ -404,11 +404,13 @@ class _States:
 
     def passed(self, reader: int, i: float) -> None:
         """`reader` will not ask for states before i again (math.inf: for none of them)."""
-        read = self.read
-        if read is None:
-            return
-        read[reader] = i
-        low = min(read)
+        if self.read is not None:
+            self.read[reader] = i
+            self._drop()
+
+    def _drop(self) -> None:
+        """Drop the states every reader has passed, once there are `_DROP_AT` of them."""
+        low = min(self.read)
         if low - self.base >= _DROP_AT:
             drop = int(min(low - self.base, len(self.items)))
             del self.items[:drop]
@@ -626,7 +628,7 @@ def _timed_paths(walk: _Walk, config: SearchConfig, counts: Counter[str]) -> Ite
 
 def _paths(walk: _Walk, config: SearchConfig, counts: Counter[str]) -> Iterator[Chain]:
     """The paths of `config`'s sizes that pass the path checks, round by round (`search`)."""
-    times: Counter[tuple[str, ...]] = Counter()  # yields per sequence of environments
+    times: dict[tuple[str, ...], int] = {}  # yields per sequence of environments
     roots: set[tuple[tuple[str, ...], str]] = set()  # (sequence, rendered x_0) yielded
     constant = walk.probes.constant
     several = config.inputs_per_composite > 1
@@ -641,7 +643,7 @@ def _paths(walk: _Walk, config: SearchConfig, counts: Counter[str]) -> Iterator[
                 i += 1
                 counts["paths"] += 1
                 names = traj.names()
-                if times[names] >= config.inputs_per_composite:
+                if times.get(names, 0) >= config.inputs_per_composite:
                     counts["paths_duplicate"] += 1
                     continue
                 if several:  # (with one input per composite, `times` says it all)
@@ -652,7 +654,7 @@ def _paths(walk: _Walk, config: SearchConfig, counts: Counter[str]) -> Iterator[
                 if constant(traj):
                     counts["paths_constant"] += 1
                     continue
-                times[names] += 1
+                times[names] = times.get(names, 0) + 1
                 if several:
                     roots.add(key)
                 yielded_any = True

@@ -56,8 +56,9 @@ def split_of(env: str, content: str) -> str:
 # element; the two functions below make the very same draws inline (one `getrandbits(k)` per
 # try, retried while the value is >= the bound, exactly as CPython's
 # `_randbelow_with_getrandbits`), so they return the same order and leave the generator in the
-# same state, about three times faster. Other generators (subclasses that draw differently) go
-# through the library functions. `tests/test_envs_races.py` checks both against the library.
+# same state, about three times faster (`choice` likewise, for `build_tasks`'s draw of a size
+# per task). Other generators (subclasses that draw differently) go through the library
+# functions. `tests/test_envs_races.py` checks them against the library.
 
 _BOUNDS: dict[int, tuple[tuple[int, int], ...]] = {}  # n -> ((m, m.bit_length()) for m = n..1)
 
@@ -89,6 +90,18 @@ def permutation(rng: random.Random, items: Sequence[T]) -> list[T]:
         append(pool[r])
         pool[r] = pool[m - 1]
     return out
+
+
+def choice(rng: random.Random, items: Sequence[T]) -> T:
+    """`rng.choice(items)` (non-empty `items`), with the same draw."""
+    if not _plain(rng):
+        return rng.choice(items)
+    n = len(items)
+    k = n.bit_length()
+    r = rng.getrandbits(k)
+    while r >= n:
+        r = rng.getrandbits(k)
+    return items[r]
 
 
 def shuffle(rng: random.Random, items: list[Any]) -> None:
