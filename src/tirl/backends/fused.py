@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tirl.backends.kv_slots import _keys
+
 __all__ = ["FusedSlotForward", "fused_supports"]
 
 # Causal LM classes whose decoder layer is exactly: RMSNorm -> q/k/v (+bias) -> rotary -> GQA
@@ -214,17 +216,17 @@ def _cat_bias(modules) -> torch.Tensor | None:
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' Qwen2RMSNorm / LlamaRMSNorm, op for op."""
-    dtype = x.dtype
+    """transformers' Qwen2RMSNorm / LlamaRMSNorm, op for op (the casts are no-ops in float32,
+    and skipped there: a call costs more than the arithmetic at these sizes)."""
+    if x.dtype is torch.float32:
+        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(dtype)
+    return weight * x32.to(x.dtype)
 
 
 def _attention(query, keys, values, plan, scaling: float) -> torch.Tensor:
     """What `slot_attention` computes for packed queries [T, H, Dh]; returns [T, H, Dh]."""
-    from tirl.backends.kv_slots import _keys
-
     heads, dim = query.shape[1], query.shape[2]
     per_kv_head = heads // keys.shape[1]
     parts = []
