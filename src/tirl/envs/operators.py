@@ -30,7 +30,7 @@ import random
 import re
 import string
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -133,33 +133,64 @@ def _letters(n: int) -> list[str]:
     return list(string.ascii_uppercase[:n])
 
 
-def _labelled_block(label: str, values: list[str]) -> str:
+def _labelled_block(label: str, values: Sequence[str]) -> str:
     """<answer> with one `label i: value` line per value."""
-    lines = "\n".join(f"{label} {i}: {v}" for i, v in enumerate(values, 1))
+    lines = "\n".join(map(str.__add__, _line_heads(label, len(values)), values))
     return f"<answer>\n{lines}\n</answer>"
+
+
+# What a task of t steps repeats from every other task of t steps, built once per label and t:
+# the heads `label i: ` of the answer lines, and the prompt's closing form with its placeholders
+# (a build makes one task per composite, and these cost ~4 us of the ~8 us of a task).
+_HEADS: dict[tuple[str, int], tuple[str, ...]] = {}
+_FORMS: dict[tuple[str, int], str] = {}
+
+
+def _line_heads(label: str, t: int) -> tuple[str, ...]:
+    heads = _HEADS.get((label, t))
+    if heads is None:
+        heads = _HEADS[label, t] = tuple(f"{label} {i}: " for i in range(1, t + 1))
+    return heads
+
+
+def _answer_form(label: str, t: int) -> str:
+    form = _FORMS.get((label, t))
+    if form is None:
+        placeholders = [f"<result of {label.lower()} {i}>" for i in range(1, t + 1)]
+        form = _FORMS[label, t] = (
+            "\n\nGive every result, one per line, exactly in this form:\n"
+            + _labelled_block(label, placeholders)
+        )
+    return form
 
 
 def _per_line_task(operator: str, traj: Chain, label: str, intro: str, body: str) -> OperatorTask:
     xs = traj.rendered()
-    placeholders = [f"<result of {label.lower()} {i}>" for i in range(1, traj.size + 1)]
-    prompt = (
-        f"{intro}\n\n{body}\n\nGive every result, one per line, exactly in this form:\n"
-        + _labelled_block(label, placeholders)
-    )
-    return OperatorTask(operator, prompt, traj.names(), xs, _labelled_block(label, list(xs[1:])))
+    prompt = f"{intro}\n\n{body}" + _answer_form(label, traj.size)
+    return OperatorTask(operator, prompt, traj.names(), xs, _labelled_block(label, xs[1:]))
 
 
 def sequential(traj: Chain) -> OperatorTask:
-    steps = "\n".join(
-        f"Step {i}: {e.instruction} (The result is {e.output.answer_format}.)"
-        for i, e in enumerate(traj.envs, 1)
-    )
+    steps = "\n".join(map(str.__add__, _line_heads("Step", traj.size), map(_step_text, traj.envs)))
     x0 = traj.rendered()[0]
     intro = (
         "Start from the input below and apply the steps in order; each step acts on the result"
         f" of the step before it.\n\nInput: {x0}"
     )
     return _per_line_task("sequential", traj, "Step", intro, steps)
+
+
+_STEP_TEXTS: dict[Environment, str] = {}  # by environment (identity); cleared past 10,000
+
+
+def _step_text(e: Environment) -> str:
+    """`instruction (The result is <answer format>.)`, a SEQUENTIAL step, built once."""
+    text = _STEP_TEXTS.get(e)
+    if text is None:
+        if len(_STEP_TEXTS) >= 10_000:
+            _STEP_TEXTS.clear()
+        text = _STEP_TEXTS[e] = f"{e.instruction} (The result is {e.output.answer_format}.)"
+    return text
 
 
 def parallel(traj: Chain) -> OperatorTask:
@@ -298,17 +329,22 @@ def _labelled_lines(block: str, label: str, t: int) -> dict[int, str]:
     found: dict[int, str] = {}
     pattern = _LINE_PATTERNS.get(label)
     if pattern is None:
-        pattern = _LINE_PATTERNS[label] = re.compile(rf"\s*{label}\s+(\d+)\s*:\s*(.*?)\s*")
+        # `\s*label\s+(\d+)\s*:\s*(.*?)\s*` in full, the text stripped after the match: the same
+        # text (a line holds no newline, and `\s` is what `str.strip` strips), where the lazy
+        # group retried the trailing `\s*` at every character
+        pattern = _LINE_PATTERNS[label] = re.compile(rf"\s*{label}\s+(\d+)\s*:(.*)")
+    fullmatch = pattern.fullmatch
     for line in block.splitlines():
-        m = pattern.fullmatch(line)
-        if not m:
+        m = fullmatch(line)
+        if m is None:
             continue
-        i = int(m.group(1))
+        index, text = m.groups()
+        i = int(index)
         if not 1 <= i <= t:
             raise AnswerError(f"{label} {i} does not exist (there are {t})")
         if i in found:
             raise AnswerError(f"{label} {i} is given more than once")
-        found[i] = m.group(2)
+        found[i] = text.strip()
     return found
 
 
@@ -328,15 +364,17 @@ def _step_results(
     except AnswerError as e:
         return [(False, str(e))] * t
     results = []
+    xs = task.xs
     for i, e in enumerate(envs, 1):
-        if i not in lines:
+        line = lines.get(i)
+        if line is None:
             results.append((False, f"{label} {i} is missing"))
             continue
-        gold = states[i] if states is not None else e.output.parse(task.xs[i])
-        if lines[i] == task.xs[i]:  # the stored text itself: it parses to gold (parse is pure)
+        gold = states[i] if states is not None else e.output.parse(xs[i])
+        if line == xs[i]:  # the stored text itself: it parses to gold (parse is pure)
             ok, why = e.verify_value(gold, gold)
         else:
-            ok, why = e.verify(lines[i], gold)
+            ok, why = e.verify(line, gold)
         results.append((ok, "" if ok else f"{label} {i}: {why}"))
     return results
 
@@ -530,14 +568,22 @@ _PARSED = _ParseMemo()
 
 def _stored_states(steps: list[Environment], xs: tuple[str, ...]) -> str | list[Any]:
     """The stored states x_0, y_1..y_t parsed with the types of the steps, or why one does not
-    parse."""
+    parse. (The memo's lookups inline: a call per state cost a third of a task's check.)"""
     states = []
+    append = states.append
+    inputs, outputs = _PARSED.tables
     for i, value in enumerate(xs):
-        env, output = (steps[i - 1], True) if i else (steps[0], False)
+        env, table = (steps[i - 1], outputs) if i else (steps[0], inputs)
+        known = table.get(env)
+        if known is not None:
+            parsed = known.get(value, _NOT_PARSED)
+            if parsed is not _NOT_PARSED:
+                append(parsed)
+                continue
         try:
-            states.append(_PARSED.parse(env, output, value))
+            append(_PARSED.parse(env, i > 0, value))
         except Exception as e:  # noqa: BLE001 - any failure to read a stored value back
-            kind = env.output if output else env.input
+            kind = env.output if i else env.input
             return f"stored state {i} {value!r} does not parse as {kind.name}: {e}"
     return states
 
