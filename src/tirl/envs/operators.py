@@ -536,16 +536,33 @@ _NOT_PARSED = object()
 
 class _ParseMemo:
     def __init__(self) -> None:
-        # by environment, then text: (inputs of the first step, outputs)
+        # by environment, then text: (inputs of the first step, outputs); the environments whose
+        # types are equal share one table (`texts`)
         self.tables: tuple[dict[Environment, dict[str, Any]], ...] = ({}, {})
+        self.by_type: dict[Any, dict[str, Any]] = {}
         self.size = 0
+
+    def texts(self, env: Environment, output: bool) -> dict[str, Any]:
+        """The table of env's output (or input) type, which environments with an equal type
+        share: a type's `parse` depends on its constraints alone (types are frozen dataclasses;
+        equal ones parse alike), and ~460 environments use a few dozen types (an `int` text
+        parsed for one of them is parsed for all)."""
+        kind = env.output if output else env.input
+        try:
+            known = self.by_type.get(kind)
+        except TypeError:  # a type that does not hash: a table of its own
+            known = {}
+        else:
+            if known is None:
+                known = self.by_type[kind] = {}
+        self.tables[output][env] = known
+        return known
 
     def parse(self, env: Environment, output: bool, text: str) -> Any:
         """`text` parsed with env's output type (or input type); raises as `parse` does."""
-        table = self.tables[output]
-        known = table.get(env)
+        known = self.tables[output].get(env)
         if known is None:
-            known = table[env] = {}
+            known = self.texts(env, output)
         value = known.get(text, _NOT_PARSED)
         if value is _NOT_PARSED:
             value = (env.output if output else env.input).parse(text)
@@ -554,10 +571,10 @@ class _ParseMemo:
             except TypeError:
                 return value
             if self.size >= _PARSE_LIMIT:
-                for t in self.tables:
-                    t.clear()
+                for table in (*self.tables, self.by_type):
+                    table.clear()
                 self.size = 0
-                known = table[env] = {}
+                known = self.texts(env, output)
             known[text] = value
             self.size += 1
         return value
