@@ -23,6 +23,8 @@ Run folder:
     config.yaml            the resolved configuration
     metrics.jsonl          one line per training step (SFT and RL, both variants); RL-time
                            evaluations (`eval.every_rl_steps`) as phase "rl_eval"
+    <variant>/metrics.jsonl, /eval_progress.json   with `parallel_variants`: each variant's
+                           own, merged into metrics.jsonl when every variant is done
     eval.json              {variant: {phase: {eval set: metrics}}}
     <variant>/sft, /rl     checkpoints (save_pretrained: model + tokenizer)
     <variant>/rl_state     the RL trainer's checkpoint, for --resume
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import os
 import random
@@ -81,6 +84,7 @@ from tirl.tasks.demos import demo_segment_texts, demo_trajectory, run_demo_codes
 from tirl.tasks.prompts import PLAIN_TEMPLATE, PromptRenderer
 from tirl.tasks.registry import eval_set_tasks
 from tirl.train import runtime
+from tirl.train.apart import run_apart
 from tirl.train.config import RunConfig
 from tirl.train.distributed import (
     DistContext,
@@ -177,7 +181,10 @@ class Pipeline:
         evaluation: Evaluation,
         resume: bool = False,
         dist: DistContext | None = None,
+        own_files: bool = False,
     ) -> None:
+        """`own_files`: this pipeline runs one variant beside others (`parallel_variants`), and
+        logs to `<variant>/metrics.jsonl` and `<variant>/eval_progress.json`."""
         self.cfg = cfg
         self.run_dir = run_dir
         self.evaluation = evaluation
@@ -186,8 +193,10 @@ class Pipeline:
         self.is_main = dist is None or dist.is_main  # the one process that writes files
         self.mixture = Mixture.from_entries(cfg.data.train, "data.train", cfg.seed)
         self.eval_tasks = eval_sets(cfg, self.mixture)
+        logs = run_dir / cfg.variants[0] if own_files else run_dir
+        self.progress_path = logs / "eval_progress.json"
         self.logger = MetricsLogger(
-            run_dir / "metrics.jsonl" if self.is_main else Path(os.devnull),
+            logs / "metrics.jsonl" if self.is_main else Path(os.devnull),
             cfg.log_tensorboard and self.is_main,
             cfg.log_wandb and self.is_main,
             run_name=cfg.name,
@@ -228,11 +237,11 @@ class Pipeline:
             tokenizer, run_protocol(cfg), system=cfg.prompt.system, chat=cfg.prompt.chat
         )
 
-    async def run(self) -> dict:
+    async def run(self, tokenizer=None) -> dict:
         cfg = self.cfg
         # The sandbox first: an unreachable server or cluster is one line before any work.
         async with runtime.sandbox_for(cfg) as sandbox:
-            self.prepare()
+            self.prepare(tokenizer)
             for variant in cfg.variants:
                 await self.run_variant(variant, sandbox)
         self.logger.close()
@@ -444,7 +453,7 @@ class Pipeline:
     ) -> None:
         """Every eval set after `phase`: greedy, then avg@k. A set already evaluated is read
         back on resume."""
-        progress = self.run_dir / "eval_progress.json"
+        progress = self.progress_path
         done = json.loads(progress.read_text()) if progress.exists() else {}
         for name, tasks in self.eval_tasks.items():
             samples_path = self.run_dir / "samples" / f"{variant}_{phase}_{name}.jsonl"
@@ -553,7 +562,12 @@ def _run_in(
             dump_yaml(cfg, tmp)
     start = time.perf_counter()
     pipeline = Pipeline(cfg, run_dir, evaluation, resume=resume, dist=dist)
-    results = asyncio.run(pipeline.run())  # {variant: {phase: {eval set: metrics}}}
+    if cfg.parallel_variants and len(cfg.variants) > 1:
+        if dist is not None:
+            raise ConfigError("parallel_variants does not run under torchrun", "parallel_variants")
+        results = run_variants_apart(pipeline)
+    else:
+        results = asyncio.run(pipeline.run())  # {variant: {phase: {eval set: metrics}}}
     wall_s = time.perf_counter() - start
     samples, tokenizer = pipeline.samples, pipeline.tokenizer
     if dist is not None:
@@ -573,3 +587,36 @@ def _run_in(
     )
     print(evaluation.summary_table(results))
     return run_dir, {**results, "wall_s": wall_s}
+
+
+def run_variants_apart(pipeline: Pipeline) -> dict:
+    """`parallel_variants`: each variant's pipeline in a process of its own (`tirl.train.apart`),
+    all from the tokenizer made here. Each logs to its own `<variant>/metrics.jsonl`; these are
+    then written one after the other into `metrics.jsonl`, as a run of one variant after the
+    other would have logged them. The children's saved samples go into `pipeline.samples`."""
+    cfg, run_dir = pipeline.cfg, pipeline.run_dir
+    pipeline.prepare()
+    pipeline.logger.close()  # the children log; this process writes the merged file at the end
+    # Only what a child uses: the report's functions stay here (and need not pickle).
+    evaluation = dataclasses.replace(pipeline.evaluation, write_report=None, summary_table=None)
+    jobs = [
+        (dataclasses.replace(cfg, variants=[v]), run_dir, evaluation, pipeline.resume,
+         pipeline.tokenizer)
+        for v in cfg.variants
+    ]  # fmt: skip
+    outs = run_apart(_run_one_variant, jobs, [f"variant {v}" for v in cfg.variants])
+    results: dict = {}
+    for variant_results, samples in outs:
+        results.update(variant_results)
+        pipeline.samples += [Trajectory.from_dict(d) for d in samples]
+    logs = [run_dir / v / "metrics.jsonl" for v in cfg.variants]
+    write_text(run_dir / "metrics.jsonl", "".join(p.read_text() for p in logs if p.exists()))
+    return results
+
+
+def _run_one_variant(cfg: RunConfig, run_dir: Path, evaluation, resume: bool, tokenizer):
+    """One variant of `run_variants_apart`, in its child process: (results, saved samples)."""
+    quiet_transformers(cfg)
+    pipeline = Pipeline(cfg, run_dir, evaluation, resume=resume, own_files=True)
+    results = asyncio.run(pipeline.run(tokenizer))
+    return results, [t.to_dict() for t in pipeline.samples]

@@ -59,7 +59,7 @@ RUN_ENTRIES: tuple[str, ...] = (
     r"samples",
     r"tensorboard",
     r"wandb",
-    r"(code|text)/(sft|rl|rl_state)",
+    r"(code|text)/(sft|rl|rl_state|metrics\.jsonl|eval_progress\.json)",
 )
 
 # An ablation folder: its summary files and one run folder per seed (`seed0`, `seed1`, ...),

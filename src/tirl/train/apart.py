@@ -1,0 +1,89 @@
+"""Run functions at once, each in a process of its own (`parallel_variants`).
+
+A small model's training step uses a second core poorly (the quickstart's SFT step is ~1.25x
+faster on two threads than on one, BENCHMARKS.md), so two variants trained side by side, one
+process each, finish sooner than one after the other on two threads each. Processes, not
+threads: each variant has its own torch RNG, sandbox and event loop, and Python code of one
+never waits for the other's.
+
+Processes are spawned (a fork would copy the parent's threads' locks), and each gets
+`TQDM_POSITION` = its index so that their progress bars take lines of their own. The first
+failure (an exception in a child, or a child that dies) stops the others and is raised in the
+parent; so is Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+
+class ChildDied(RuntimeError):
+    """A child process ended without a result (killed, or out of memory)."""
+
+
+def _child(conn: Connection, target: Callable[..., Any], args: tuple) -> None:
+    try:
+        conn.send(("ok", target(*args)))
+    except BaseException as exc:  # sent whole: the parent raises it as it was
+        conn.send(("error", exc))
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """`os.environ` with `values` set while a child is spawned (it copies the environment)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_apart(target: Callable[..., Any], jobs: Sequence[tuple], names: Sequence[str]) -> list:
+    """`target(*args)` for every `args` of `jobs`, all at once, each in a spawned process;
+    their results, in order. `names` say which job a failure is about."""
+    spawn = multiprocessing.get_context("spawn")
+    procs, ends = [], []
+    try:
+        for position, args in enumerate(jobs):
+            ours, theirs = spawn.Pipe(duplex=False)
+            with _environment(TQDM_POSITION=str(position)):
+                proc = spawn.Process(
+                    target=_child, args=(theirs, target, args), name=names[position]
+                )
+                proc.start()
+            theirs.close()
+            procs.append(proc)
+            ends.append(ours)
+        results: dict[int, Any] = {}
+        while len(results) < len(jobs):
+            for end in wait([e for i, e in enumerate(ends) if i not in results]):
+                i = ends.index(end)
+                try:
+                    status, value = end.recv()
+                except EOFError:
+                    procs[i].join()
+                    raise ChildDied(
+                        f"{names[i]}: its process ended without a result (exit code"
+                        f" {procs[i].exitcode}; killed, or out of memory?)"
+                    ) from None
+                if status == "error":
+                    raise value
+                results[i] = value
+        return [results[i] for i in range(len(jobs))]
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+            proc.join()

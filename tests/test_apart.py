@@ -1,0 +1,74 @@
+"""Variants trained side by side, each in a process of its own (`parallel_variants`,
+`tirl.train.apart`): the same results as one after the other, one merged log, and a failing
+or dying child stops the run with its reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from tiny_run import TINY, run, tirl
+
+from tirl.config import ConfigError, load_config
+from tirl.train.apart import ChildDied, run_apart
+from tirl.train.config import RunConfig
+
+
+def square_or_fail(x: int) -> int:
+    if x < 0:
+        raise ValueError(f"negative input {x}")
+    if x == 0:
+        os._exit(3)  # a child that dies without a word
+    if x > 100:
+        time.sleep(60)  # still running when another fails: must be stopped, not waited for
+    return x * x
+
+
+def test_results_come_back_in_order():
+    assert run_apart(square_or_fail, [(3,), (4,)], ["a", "b"]) == [9, 16]
+
+
+def test_a_failing_child_stops_the_others_and_its_error_is_raised():
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="negative input -1"):
+        run_apart(square_or_fail, [(1000,), (-1,)], ["slow", "bad"])
+    assert time.monotonic() - start < 30  # the sleeping child was terminated
+
+
+def test_a_child_that_dies_is_named():
+    with pytest.raises(ChildDied, match="variant text: .*exit code 3"):
+        run_apart(square_or_fail, [(2,), (0,)], ["variant code", "variant text"])
+
+
+def test_parallel_variants_are_refused_off_the_cpu_and_with_wandb():
+    for extra in (["device=cuda"], ["log_wandb=true"]):
+        with pytest.raises(ConfigError, match="parallel_variants"):
+            load_config(RunConfig, overrides=["parallel_variants=true", *extra])
+
+
+def _records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+
+
+def test_side_by_side_variants_train_as_one_after_the_other(tmp_path):
+    both = [a for a in TINY if not a.startswith("variants=")] + [
+        "variants=[code,text]",
+        "threads=1",
+    ]
+    for name, extra in (("apart", ["parallel_variants=true"]), ("serial", [])):
+        done = run(tirl("train", f"out_dir={tmp_path}", f"name={name}", *both, *extra), 600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    apart, serial = _records(tmp_path / "apart"), _records(tmp_path / "serial")
+    # one log, the variants one after the other, as the serial run writes it
+    assert [(r["variant"], r["phase"], r["step"]) for r in apart] == [
+        (r["variant"], r["phase"], r["step"]) for r in serial
+    ]
+    sft = [r["train/loss"] for r in apart if r["phase"] == "sft"]
+    assert sft == [r["train/loss"] for r in serial if r["phase"] == "sft"]  # same arithmetic
+    results = json.loads((tmp_path / "apart" / "eval.json").read_text())
+    assert set(results) >= {"code", "text"}
+    assert (tmp_path / "apart" / "report.html").exists()
+    assert (tmp_path / "apart" / "code" / "metrics.jsonl").exists()
