@@ -208,7 +208,8 @@ class _Steps:
     ) -> Chain | None:
         """`traj` extended by `env`, or None if the step fails a step check (as `try_step`);
         `known` is `of_state(traj.final)`."""
-        state = traj.final
+        ys = traj.ys
+        state = ys[-1] if ys else traj.x0  # (traj.final, without a property call per step)
         found = known.get(env) if known is not None else None
         if found is None:
             found, keep = self._run(env, state, timed)
@@ -222,7 +223,6 @@ class _Steps:
         out = found[1]
         if env.output.name == env.input.name and out == state:
             return None  # the step left the state unchanged
-        ys = traj.ys
         if ys:
             previous = ys[-2] if len(ys) >= 2 else traj.x0
             if out == previous and type(out) is type(previous):
