@@ -3,24 +3,32 @@
 `HFEngine`'s step on the small models it is for is dominated by fixed per-layer Python cost,
 not arithmetic: a one-row decode pass through transformers' modules spent about half its time
 in Python outside torch ops (module calls, keyword plumbing, the cache and attention
-interfaces, mask bookkeeping) and another third in small ops (`BENCHMARKS.md`, issue 17). A
-step then costs nearly as much for one row as for eight, which is what keeps static batching
-close to continuous batching on CPU. `FusedSlotForward` runs the same computation straight from
-the model's weights: no module calls, one matrix product for q/k/v and one for gate/up (their
-weights concatenated once and rebuilt when a parameter changes), rotary embedding on q and k
-together, keys and values written into the slot cache (`tirl.backends.kv_slots`) and read by
-the same attention calls as `slot_attention` makes.
+interfaces, mask bookkeeping) and another third in small ops (`BENCHMARKS.md`, issue 17), so a
+step cost nearly as much for one row as for eight. `FusedSlotForward` runs the same
+computation straight from the model's weights: no module calls, one matrix product for q/k/v
+and one for gate/up (their weights concatenated, and rebuilt when a parameter is changed or
+replaced), rotary embedding on q and k together, keys and values written into the slot cache
+(`tirl.backends.kv_slots`) and read by the same attention calls as `slot_attention` makes.
+About half the cost of a decode pass on the tiny CPU models (`bench/rollout.py --profile`).
 
-What it computes is what the model's own forward computes (the same ops in the same order, up
-to the matrix products over concatenated weights, which may round differently in the last
-bit): `tests/test_engine.py` holds it to the slot path of transformers' modules and to plain
-full forward passes.
+What it computes is what the model's own forward computes: the same ops in the same order
+(the one difference, matrix products over concatenated weights, could round differently in
+the last bit on some BLAS; on the CPU it was tested on, logits were bitwise equal in float32,
+bf16 and fp16). `tests/test_engine.py` holds it to the modules' slot pass (greedy and sampled
+ids, log-probs, rows joining mid-decode, tool trajectories) and to plain full forward passes.
+
+Why not `torch.compile`: on the 2-core CPU it was tried on (torch 2.13), compiling the layer's
+pieces with dynamic shapes took about 40 s and the compiled calls were slower than eager ones
+at these sizes (guards and wrappers cost more than the fusion saves); a rollout of a few
+seconds cannot pay that. TorchScript (faster by about a fifth) is deprecated.
 
 Limits (`fused_supports`; anything else runs through the model's own modules): the
 `Qwen2ForCausalLM` and `LlamaForCausalLM` classes themselves, plain `nn.Linear` projections
-(no LoRA or quantized layers), SiLU MLP, full attention only (no sliding window), no attention
-dropout while training, no hooks on the model's modules, parameters that are plain tensors
-(not DTensors of a sharded model).
+(no LoRA or quantized layers), SiLU MLP, full rotary attention (no sliding window), no
+attention dropout while training, no hooks on the model's modules when the engine is made,
+parameters that are plain tensors (not DTensors of a sharded model). The concatenated weights
+are a second copy of q/k/v and gate/up (about 60% of a layer's weights): sized for the small
+models this engine is for.
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ def fused_supports(model) -> str | None:
         return "sliding-window layers"
     if getattr(config, "pretraining_tp", 1) not in (None, 1):
         return "pretraining_tp > 1"
+    if getattr(config, "partial_rotary_factor", 1.0) not in (None, 1.0):
+        return "rotary embedding on part of each head"
     base = getattr(model, "model", None)
     layers = getattr(base, "layers", None)
     if layers is None or not hasattr(base, "rotary_emb") or not hasattr(base, "norm"):
