@@ -42,7 +42,7 @@ checks that 20,000 tasks keep the distribution of the search before it, commit 3
   holds ~10^5 of them, and the garbage collector's full passes over them cost ~10% of it. So
   `build_tasks` runs its searches over a walk of their own (`sized_searches`), which knows
   every search that reads it: its levels drop the states all their readers have passed, and
-  its probe trie keeps no node of the largest size (~60,000 fewer objects at 20,000 tasks; the
+  its probe trie keeps no node of the largest size (~55,000 fewer objects at 20,000 tasks; the
   collector's full passes cost ~40% less). The collector's thresholds are left alone: a build
   is a generator that a task source keeps open for a whole training run, so a setting changed
   until it ends would hold for the caller's objects too.
@@ -267,8 +267,9 @@ class _Probes:
     probe outputs (a trie over the sequences of environments), so a chain's probes cost one
     step each. A walk that knows its largest size (`last`) keeps no node of that size: no
     longer chain extends it, and the few chains of that size checked again (found constant
-    before) get their outputs again from their parent's (the same values: mappers are
-    deterministic); a build of 20,000 tasks kept ~10,000 of them for the garbage collector."""
+    before, or yielded fewer than `inputs_per_composite` times) get their outputs again from
+    their parent's (the same values: mappers are deterministic); a build of 20,000 tasks kept
+    ~10,000 of them for the garbage collector."""
 
     def __init__(
         self, steps: _Steps, config: SearchConfig, seed: int, split: str, last: int | None = None
@@ -288,8 +289,7 @@ class _Probes:
         node = self.roots.get(first)
         if node is None:
             node = self.roots[first] = _ProbeNode(first, None)
-        depth = len(envs)
-        for k in range(1, depth):
+        for k in range(1, len(envs)):
             env = envs[k]
             child = node.children.get(env)
             if child is None:
