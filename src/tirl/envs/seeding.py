@@ -20,18 +20,21 @@ T = TypeVar("T")
 
 
 def _digest(*parts: object) -> int:
-    blob = json.dumps(parts, sort_keys=True, default=str).encode()
-    return int.from_bytes(hashlib.sha256(blob).digest()[:8], "big")
-
-
-def _digest_texts(*parts: str) -> int:
-    """`_digest` of plain strings, its JSON written directly: `json.dumps` with `sort_keys` or
-    `default` builds a new encoder per call (~3 us), and `split_of` runs once per composite."""
-    blob = "[" + ", ".join(map(_quoted, parts)) + "]"
+    if all(type(p) is str or type(p) is int for p in parts):
+        blob = "[" + ", ".join(map(_json_atom, parts)) + "]"
+    else:
+        blob = json.dumps(parts, sort_keys=True, default=str)
     return int.from_bytes(hashlib.sha256(blob.encode()).digest()[:8], "big")
 
 
-_quoted = json.encoder.encode_basestring_ascii  # a str as `json.dumps` writes it (ensure_ascii)
+# Strings and integers (the parts `split_of` and `item_rng` hash) as `json.dumps` writes them:
+# written directly, since `json.dumps` with `sort_keys` or `default` builds a new encoder per
+# call (~3 us), and a build hashes every composite and seeds every root
+_quoted = json.encoder.encode_basestring_ascii  # (ensure_ascii, as `json.dumps`)
+
+
+def _json_atom(part: str | int) -> str:
+    return _quoted(part) if type(part) is str else int.__repr__(part)
 
 
 def item_rng(env: str, config_key: str, split: str, seed: int, index: int) -> random.Random:
@@ -43,11 +46,7 @@ def item_rng(env: str, config_key: str, split: str, seed: int, index: int) -> ra
 
 def split_of(env: str, content: str) -> str:
     """The one split an item belongs to, decided by its content alone."""
-    if type(env) is str and type(content) is str:
-        digest = _digest_texts(env, content)
-    else:
-        digest = _digest(env, content)
-    return "test" if digest % TEST_SHARE_DENOMINATOR == 0 else "train"
+    return "test" if _digest(env, content) % TEST_SHARE_DENOMINATOR == 0 else "train"
 
 
 # The search and the operators draw a full random order of a list again and again (every
