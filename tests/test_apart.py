@@ -4,6 +4,7 @@ or dying child stops the run with its reason."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from tiny_run import TINY, run, tirl
 
-from tirl.config import ConfigError, load_config
+from tirl.config import load_config
 from tirl.train.apart import ChildDied, run_apart
 from tirl.train.config import RunConfig
 
@@ -43,10 +44,19 @@ def test_a_child_that_dies_is_named():
         run_apart(square_or_fail, [(2,), (0,)], ["variant code", "variant text"])
 
 
-def test_parallel_variants_are_refused_off_the_cpu_and_with_wandb():
-    for extra in (["device=cuda"], ["log_wandb=true"]):
-        with pytest.raises(ConfigError, match="parallel_variants"):
-            load_config(RunConfig, overrides=["parallel_variants=true", *extra])
+def test_parallel_variants_apply_on_the_cpu_only_and_without_wandb():
+    from tirl.train.pipeline import runs_apart
+
+    def apart(*overrides: str) -> bool:
+        return runs_apart(
+            load_config(RunConfig, overrides=["parallel_variants=true", *overrides]), None
+        )
+
+    assert apart()
+    assert not apart("variants=[code]")  # one variant: nothing to run beside it
+    assert not apart("log_wandb=true")  # one W&B run per process would split the run
+    cfg = load_config(RunConfig, overrides=["parallel_variants=true"])
+    assert not runs_apart(dataclasses.replace(cfg, device="cuda"), None)  # one accelerator
 
 
 def _records(run_dir: Path) -> list[dict]:

@@ -664,9 +664,10 @@ class RunConfig:
     )
     parallel_variants: bool = setting(
         False,
-        doc="train the variants at once, each in a process of its own sharing the cores (CPU"
-        " only: a small model's step does not use two cores well, BENCHMARKS.md); each logs to"
-        " <variant>/metrics.jsonl, merged into metrics.jsonl when all are done",
+        doc="train the variants at once, each in a process of its own sharing the cores (a small"
+        " model's step does not use two cores well, BENCHMARKS.md); each logs to"
+        " <variant>/metrics.jsonl, merged into metrics.jsonl when all are done. On the CPU only,"
+        " without log_wandb (one W&B run) and torchrun: elsewhere one variant after the other",
     )
     rollout_batch: int = setting(128, ">= 1", "sequences decoded together (hf engine)")
     protocol: str = setting(
@@ -698,18 +699,6 @@ class RunConfig:
             raise ConfigError("variants must name at least one of 'code', 'text'")
         if len(set(self.variants)) != len(self.variants):
             raise ConfigError(f"variants must not repeat a variant, got {self.variants}")
-        if self.parallel_variants and self.device != "cpu":
-            raise ConfigError(
-                f"parallel_variants runs the variants side by side on the CPU; on device"
-                f" {self.device!r} they would share one accelerator: set it to false",
-                "parallel_variants",
-            )
-        if self.parallel_variants and self.log_wandb:
-            raise ConfigError(
-                "parallel_variants with log_wandb would make one W&B run per variant: set one"
-                " of them to false",
-                "parallel_variants",
-            )
         if self.rl.bf16 and not self.device.startswith("cuda"):
             raise ConfigError(f"rl.bf16 needs a GPU (device: cuda), got device {self.device!r}")
         if self.model.dtype == "float16" and not self.device.startswith("cuda"):

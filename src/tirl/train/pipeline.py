@@ -562,9 +562,7 @@ def _run_in(
             dump_yaml(cfg, tmp)
     start = time.perf_counter()
     pipeline = Pipeline(cfg, run_dir, evaluation, resume=resume, dist=dist)
-    if cfg.parallel_variants and len(cfg.variants) > 1:
-        if dist is not None:
-            raise ConfigError("parallel_variants does not run under torchrun", "parallel_variants")
+    if runs_apart(cfg, dist):
         results = run_variants_apart(pipeline)
     else:
         results = asyncio.run(pipeline.run())  # {variant: {phase: {eval set: metrics}}}
@@ -587,6 +585,13 @@ def _run_in(
     )
     print(evaluation.summary_table(results))
     return run_dir, {**results, "wall_s": wall_s}
+
+
+def runs_apart(cfg: RunConfig, dist: DistContext | None) -> bool:
+    """Whether `parallel_variants` applies: several variants on the CPU, one process per run
+    (not torchrun's ranks), and no W&B (whose one run a child could not share)."""
+    alone = dist is None and not cfg.log_wandb
+    return cfg.parallel_variants and len(cfg.variants) > 1 and cfg.device == "cpu" and alone
 
 
 def run_variants_apart(pipeline: Pipeline) -> dict:
