@@ -245,9 +245,11 @@ def varied_reward(traj: Trajectory) -> float:
     return float(sum(traj.ids) % 2)
 
 
-async def _train(model, tokenizer, env, cfg, run_dir, until=None, resume=False):
+async def _train(model, tokenizer, env, cfg, run_dir, until=None, resume=False, engine_model=None):
+    """RL steps with the HF engine on `model` itself or on `engine_model` (a copy that the
+    trainer pushes its weights into, as for one step off-policy); the log's records."""
     async with Sandbox() as sandbox:
-        engine = HFEngine(model, tokenizer.eos_token_id, seed=0)
+        engine = HFEngine(engine_model or model, tokenizer.eos_token_id, seed=0)
         logger = MetricsLogger(run_dir / "metrics.jsonl")
         trainer = RLTrainer(
             model,

@@ -13,18 +13,16 @@ from pathlib import Path
 import pytest
 import torch
 from dist_update_worker import small_model
-from test_trainer import synthetic_batch, varied_reward
+from test_trainer import _train, synthetic_batch
 from tiny_run import RL_STEPS, run, train_cmd
 
 from tirl.backends.hf import HFEngine
 from tirl.backends.openai import OpenAIEngine
 from tirl.config import ConfigError, load_config
 from tirl.rollout.runner import Rollout
-from tirl.sandbox import Sandbox
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.batch import collate, token_logprobs
 from tirl.train.config import RLConfig, RunConfig
-from tirl.train.metrics import MetricsLogger
 from tirl.train.rl import RLTrainer, old_logprobs_from_sampler
 from tirl.train.update import Shard, batch_logprobs, shard_micro_batches, token_budget_runs
 
@@ -76,32 +74,6 @@ def test_auto_takes_the_samplers_log_probs_only_where_they_are_the_trainers(tiny
     hf.close()
 
 
-async def _train(model, tokenizer, cfg, run_dir, until=None, resume=False):
-    """RL with the HF engine on a copy of `model` (as `tirl train` makes it for the overlap);
-    the log, and the engine's weights at the end."""
-    async with Sandbox() as sandbox:
-        engine = HFEngine(copy.deepcopy(model), tokenizer.eos_token_id, seed=0)
-        logger = MetricsLogger(run_dir / "metrics.jsonl")
-        trainer = RLTrainer(
-            model,
-            Rollout(engine, tokenizer, sandbox),
-            lambda i: ARITHMETIC.item("train", i),
-            cfg,
-            pad_id=tokenizer.pad_token_id,
-            use_tools=True,
-            logger=logger,
-            reward_fn=varied_reward,
-        )
-        if resume:
-            trainer.load_checkpoint(run_dir / "ckpt")
-        await trainer.train(until=until, checkpoint_dir=run_dir / "ckpt")
-        logger.close()
-        engine.close()
-        sampled = copy.deepcopy(engine.model.state_dict())
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines], sampled
-
-
 OVERLAP = RLConfig(
     steps=4, prompts_per_step=2, group_size=3, max_model_tokens=20, lr=1e-3,
     one_step_off_policy=True, checkpoint_every=2,
@@ -111,9 +83,16 @@ OVERLAP = RLConfig(
 def test_one_step_off_policy_trains_each_batch_one_update_stale_and_resumes_exactly(
     tokenizer, tiny_model, tmp_path
 ):
+    def train(run_dir, until=None, resume=False):
+        engine_model = copy.deepcopy(tiny_model)  # the engine samples a copy (tirl train's)
+        records = asyncio.run(
+            _train(tiny_model, tokenizer, None, OVERLAP, run_dir, until, resume, engine_model)
+        )
+        return records, engine_model.state_dict()
+
     start = copy.deepcopy(tiny_model.state_dict())
     torch.manual_seed(5)
-    straight, sampled = asyncio.run(_train(tiny_model, tokenizer, OVERLAP, tmp_path / "a"))
+    straight, sampled = train(tmp_path / "a")
     trained = copy.deepcopy(tiny_model.state_dict())
 
     assert [r["step"] for r in straight] == [0, 1, 2, 3]  # logged in order, once each
@@ -128,10 +107,10 @@ def test_one_step_off_policy_trains_each_batch_one_update_stale_and_resumes_exac
 
     tiny_model.load_state_dict(start)
     torch.manual_seed(5)
-    asyncio.run(_train(tiny_model, tokenizer, OVERLAP, tmp_path / "b", until=2))
+    train(tmp_path / "b", until=2)
     tiny_model.load_state_dict(start)
     torch.manual_seed(123)
-    resumed, _ = asyncio.run(_train(tiny_model, tokenizer, OVERLAP, tmp_path / "b", resume=True))
+    resumed, _ = train(tmp_path / "b", resume=True)
     assert [r["step"] for r in resumed] == [0, 1, 2, 3]
     for a, b in zip(straight, resumed):
         assert a["train/reward_mean"] == b["train/reward_mean"]
