@@ -128,6 +128,7 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("variants", ["text"], []),
     ("device", "cpu", []),
     ("threads", 3, []),
+    ("parallel_variants", True, []),
     ("rollout_batch", 5, []),
     ("protocol", "agentmath_tags", []),
     ("tools", ["python", "shell"], []),

@@ -83,6 +83,9 @@ MAPPING: dict[str, Row] = {
     ),
     "device": _verl("trainer.device", note="cuda:N -> cuda: verl places its own workers"),
     "threads": _none("torch threads of tirl's own process; verl's workers set their own"),
+    "parallel_variants": _none(
+        "tirl's own pipeline, one process per variant; a verl launch trains one policy"
+    ),
     "rollout_batch": _none("decode batch of tirl's HF engine; vLLM schedules its own batches"),
     "protocol": _loop(
         "how code and tool output are written: the loop's exact-match stops; its output"
