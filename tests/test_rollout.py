@@ -140,3 +140,36 @@ def test_a_limit_that_shrinks_with_the_reply_is_as_if_it_held_from_the_start(
     assert not reads and cut.num_model_tokens == 12
     assert cut.ids == short.ids and cut.finish_reason == "length"
     assert len(cut.segments[-1].logprobs) == 12
+
+
+def test_max_trajectories_bounds_the_sessions_open_at_once_and_samples_the_same(
+    scripted_model, tokenizer
+):
+    """Each trajectory holds its sandbox session from its first code block to its end: a cap
+    on trajectories caps the sessions. Seeded trajectories come out the same either way."""
+    settings = RolloutSettings(max_model_tokens=40, tool_budget=2, temperature=1.0)
+    prompts = list(CODES) * 3
+    metas = [{"seed": i} for i in range(len(prompts))]
+
+    async def main(cap):
+        async with Sandbox() as sandbox:
+            engine = HFEngine(scripted_model, tokenizer.eos_token_id, seed=0)
+            rollout = Rollout(engine, tokenizer, sandbox, max_trajectories=cap)
+            peak = 0
+
+            async def watch():
+                nonlocal peak
+                while True:
+                    peak = max(peak, len(rollout.running()))
+                    await asyncio.sleep(0)
+
+            watcher = asyncio.create_task(watch())
+            trajs = await rollout.run_many(prompts, settings, metas)
+            watcher.cancel()
+            engine.close()
+            return trajs, peak
+
+    capped, peak = asyncio.run(main(2))
+    free, free_peak = asyncio.run(main(None))
+    assert peak == 2 < free_peak
+    assert [t.ids for t in capped] == [t.ids for t in free]

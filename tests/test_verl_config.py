@@ -129,6 +129,7 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("device", "cpu", []),
     ("threads", 3, []),
     ("parallel_variants", True, []),
+    ("rollout.max_in_flight", 64, []),
     ("rollout_batch", 5, []),
     ("protocol", "agentmath_tags", []),
     ("tools", ["python", "shell"], []),

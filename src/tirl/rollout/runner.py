@@ -17,10 +17,13 @@ the exact ids of its template (`tirl.tasks.prompts.PromptRenderer.prompt_ids`). 
 tokenized with special-token spellings kept as text (`tirl.protocol.tokens.encode_literal`), so
 code that prints `<|im_end|>` or `<|endoftext|>` cannot end the model's turn.
 
-Scheduling limits (`Rollout(max_generating=, max_tool_calls=)`): at most `max_generating`
-trajectories have a request at the engine and at most `max_tool_calls` cells (or session
-starts) are in flight at the sandbox. The two are separate semaphores, each held only around
-its own await, so a trajectory waiting on the sandbox never holds a generation slot.
+Scheduling limits (`Rollout(max_generating=, max_tool_calls=, max_trajectories=)`): at most
+`max_generating` trajectories have a request at the engine and at most `max_tool_calls` cells
+(or session starts) are in flight at the sandbox. The two are separate semaphores, each held
+only around its own await, so a trajectory waiting on the sandbox never holds a generation
+slot. `max_trajectories` bounds whole trajectories of `run` (and `run_many`): each holds a
+sandbox session from its first code block to its end, so this bounds the sessions open at
+once; a seeded trajectory samples the same whatever waits beside it.
 
 Partial rollouts (AgentMath §3, AReaL's interruptible generation): with
 `RolloutSettings.segment_tokens` (L_seg) and `segment_tool_calls` (T_seg), `start` and `resume`
@@ -207,6 +210,7 @@ class Rollout:
         *,
         max_generating: int | None = None,
         max_tool_calls: int | None = None,
+        max_trajectories: int | None = None,
         policy_version: int = 0,
         tool_budget_now: Callable[[], int] | None = None,
         max_model_tokens_now: Callable[[], int] | None = None,
@@ -227,6 +231,7 @@ class Rollout:
         self.policy_version = policy_version
         self._gen_slots = _limit(max_generating)
         self._tool_slots = _limit(max_tool_calls)
+        self._trajectory_slots = _limit(max_trajectories)
         self._running: dict[object, _Run] = {}
 
     def encode(self, text: str) -> list[int]:
@@ -244,8 +249,10 @@ class Rollout:
     async def run(
         self, prompt: Prompt, settings: RolloutSettings, meta: dict | None = None
     ) -> Trajectory:
-        """One whole trajectory (segment budgets are ignored). `prompt`: text or token ids."""
-        return await self._go(self._new_run(prompt, meta), settings, segmented=False)
+        """One whole trajectory (segment budgets are ignored). `prompt`: text or token ids.
+        With `max_trajectories`, it waits for one of that many slots first."""
+        async with self._trajectory_slots:
+            return await self._go(self._new_run(prompt, meta), settings, segmented=False)
 
     async def start(
         self, prompt: Prompt, settings: RolloutSettings, meta: dict | None = None

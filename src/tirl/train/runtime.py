@@ -121,4 +121,4 @@ def rollout_for(
 ) -> Rollout:
     """A `Rollout` over `engine_for(...)` and `sandbox` (None: the text-only variant)."""
     engine = engine_for(cfg, model, tokenizer, eos_id, policy_dir)
-    return Rollout(engine, tokenizer, sandbox)
+    return Rollout(engine, tokenizer, sandbox, max_trajectories=cfg.rollout.max_in_flight or None)

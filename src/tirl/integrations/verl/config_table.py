@@ -110,6 +110,9 @@ MAPPING: dict[str, Row] = {
         "tirl's own trainer's sampler; under verl, verl's vLLM servers sample"
         " (actor_rollout_ref.rollout.name is fixed to vllm)"
     ),
+    "rollout.max_in_flight": _none(
+        "tirl's own rollouts; verl's agent-loop workers schedule their requests themselves"
+    ),
     "rollout.urls": _none("tirl's own OpenAI-client engine; verl starts and routes its servers"),
     "rollout.engine_options": _none(
         "options of tirl's own engines; verl configures the vLLM servers it starts"
