@@ -57,9 +57,8 @@ RG_TASKS = (
     "isomorphic_strings",
 )
 RG_HINT = (
-    "reasoning-gym is not installed; for its row: python -m venv --system-site-packages"
-    " ~/.cache/tirl/rg-venv && ~/.cache/tirl/rg-venv/bin/pip install reasoning-gym==0.1.19,"
-    " then run this script with ~/.cache/tirl/rg-venv/bin/python"
+    "reasoning-gym is not installed; for its row: pip install -e '.[reasoning-gym]' (the dev"
+    " extra has it too), then run this script again"
 )
 
 

@@ -2,8 +2,8 @@
 
     ~/.cache/tirl/trl-venv/bin/python bench/peers_trl.py SPEC_JSON
 
-`bench/peers.py` starts this script in the venv that holds TRL (`--system-site-packages`, so
-it shares tirl, torch and transformers with the main environment) and steers it over
+`bench/peers.py` starts this script in the venv that holds TRL (`bench/peers.py
+--make-trl-venv`: layered on the main environment, so it shares tirl, torch and transformers) and steers it over
 stdin/stdout: after building the trainer it prints a `PEERS {...}` line, then waits for a
 `go` line before each RL step and prints one `PEERS {...}` record after it. The parent
 alternates these steps with tirl's own, so both see the same machine load.
