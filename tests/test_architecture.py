@@ -1,7 +1,8 @@
-"""The import direction of DESIGN.md, checked on the source: every `import` in src/tirl (at any
-level, inside functions too) goes down the layer table, never sideways between the pipelines
-(`train`, `eval`, `synth`), never up, and never into `tirl.cli`. Module-level imports form no
-cycle between modules, and imports of any level form no cycle between packages.
+"""The import direction of docs/architecture.md ("Layers"), checked on the source: every
+`import` in src/tirl (at any level, inside functions too) goes down the layer table, never
+sideways between the pipelines (`train`, `eval`, `synth`), never up, and never into
+`tirl.cli`. Module-level imports form no cycle between modules, and imports of any level form
+no cycle between packages.
 
 The check reads the files with `ast`; nothing is imported, so a violation is reported even in a
 module that cannot be imported on this machine, as `file:line: a -> b (not allowed: ...)`.
@@ -51,7 +52,7 @@ BELOW_PIPELINES = {
 }
 PACKAGES = BELOW_PIPELINES | {"train", "eval", "synth", "integrations", "cli"}
 
-# package -> the other packages it may import (DESIGN.md, "Import direction").
+# package -> the other packages it may import (docs/architecture.md, "Layers").
 ALLOWED: dict[str, set[str]] = {
     "sandbox": {"protocol"},
     "protocol": set(),
@@ -191,7 +192,7 @@ def test_every_module_is_in_a_layer():
 
 def test_imports_follow_the_layer_table():
     messages, _ = direction_violations()
-    assert not messages, "imports against DESIGN.md's direction table:\n" + "\n".join(messages)
+    assert not messages, "imports against docs/architecture.md's layers:\n" + "\n".join(messages)
 
 
 def test_known_violations_are_still_there():
