@@ -63,7 +63,7 @@ ALLOWED: dict[str, set[str]] = {
     "rollout": {"backends", "protocol", "sandbox", "tools"},
     "rewards": {"protocol", "envs"},
     # tasks -> sandbox: demonstrations run their code and show its output through the one
-    # formatter (DESIGN invariant 4); sandbox imports nothing above it, so no cycle.
+    # formatter (architecture.md invariant 4); sandbox imports nothing above it, so no cycle.
     "tasks": {"envs", "rewards", "protocol", "sandbox", "tools"},
     "train": set(BELOW_PIPELINES),
     "eval": set(BELOW_PIPELINES),
@@ -72,7 +72,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": PACKAGES - {"cli"},
 }
 # Nothing imports these, except that the command line wires each integration's subcommands
-# (`tirl verl ...`): a change to DESIGN's table, which says nothing imports `integrations`.
+# (`tirl verl ...`): a change to architecture.md's table, which says nothing imports `integrations`.
 NEVER_IMPORTED = {"cli", "integrations"}
 IMPORTED_ONLY_BY = {"integrations": {"cli"}}
 

@@ -88,7 +88,7 @@ def test_bad_server_input_is_one_line_before_anything_listens(args, expected):
 
 
 def test_the_openenv_package_imports_without_openenv():
-    """DESIGN.md: integrations import anything, but this one must not need openenv to be
+    """architecture.md: integrations import anything, but this one must not need openenv to be
     imported (the CLI and the settings use it), and nothing of tirl's core imports it."""
     code = (
         "import sys; sys.modules['openenv'] = None\n"

@@ -51,7 +51,7 @@ def _load_run_config(path: str | None, overrides: list[str]):
 
 def _evaluation():
     """tirl.eval's evaluation and report, handed to the training pipeline (which does not
-    import tirl.eval: DESIGN.md's layers)."""
+    import tirl.eval: architecture.md's layers)."""
     from tirl.eval.evaluate import evaluate_policy, first_failure
     from tirl.eval.report import format_summary_table, summary_rows, write_report
     from tirl.train.pipeline import Evaluation

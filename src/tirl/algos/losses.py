@@ -4,7 +4,7 @@ Every function takes an explicit `mask: [B, T]` (1 = token the model sampled, 0 
 output or padding). A masked position contributes exactly 0 to the loss and 0 to the gradient,
 even when its inputs are inf or nan: values are selected with `torch.where` *before* any
 arithmetic, because `0 * nan` is nan and a multiplied-out position would still poison the
-backward pass (DESIGN.md invariant 2). Every token count (the token-mean denominator) counts
+backward pass (architecture.md invariant 2). Every token count (the token-mean denominator) counts
 mask-1 tokens only.
 
 Policy losses are registered by name (`@register_policy_loss("ppo_clip")`), as verl's

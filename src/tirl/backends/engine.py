@@ -11,7 +11,7 @@ interpreter's output); the engine keeps the rest of the sequence, so a trajector
 while its code runs resumes where it stopped. Sampling ends at end-of-sequence ("stop"), after
 `max_new_tokens` or at the context's end ("length"), or when `stop(new_ids)` is true
 ("boundary": a code block closed). `release(key)` forgets the sequence. Token ids in, token ids
-out: `GenOutput.ids` are exactly the sampled ids (DESIGN.md invariant 1).
+out: `GenOutput.ids` are exactly the sampled ids (architecture.md invariant 1).
 
 Weights: `receives_weights` says whether the trainer can put new policy weights into the
 engine; such an engine has `async load_weights(model)`, which the trainer awaits after every

@@ -1,9 +1,10 @@
 """Seeds derived from a hash, so that no two (environment, config, split, seed, index) share one.
 
-DESIGN.md invariant 5: every generated item comes from a hash of where it belongs. Train and test
-are kept apart twice over: their seeds are derived from different strings, and each item is
-assigned to exactly one split by a hash of its own content (`split_of`), so even two different
-seeds that happen to draw the same numbers cannot put one item in both splits.
+Invariant 5 of docs/architecture.md: every generated item comes from a hash of where it
+belongs. Train and test are kept apart twice over: their seeds are derived from different
+strings, and each item is assigned to exactly one split by a hash of its own content
+(`split_of`), so even two different seeds that happen to draw the same numbers cannot put one
+item in both splits.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Adapters to the engines users already run at scale (DESIGN.md: `integrations` may import
+"""Adapters to the engines users already run at scale (architecture.md: `integrations` may import
 anything; nothing imports it but `cli`)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A trajectory as token segments: the prompt, what the model sampled, what the tool returned.
 
-The segments hold the exact token ids the policy was conditioned on and sampled (DESIGN.md,
+The segments hold the exact token ids the policy was conditioned on and sampled (architecture.md,
 invariant 1: token-in, token-out). Only tool output is tokenized, separately, by the rollout.
 The loss mask is derived from the segment kinds, so it can never drift from the content:
 model tokens have mask 1, prompt and tool tokens mask 0 (invariant 2).

@@ -8,7 +8,7 @@ spellings stay ordinary tokens (`split_special_tokens=True`), and the result is 
 tokenizer that ignores the flag fails loudly instead of silently.
 
 Used by the rollout (tool output appended to a live trajectory) and by demonstrations
-(`tirl.tasks.demos`), so both tokenize the same text to the same ids (DESIGN.md invariant 1).
+(`tirl.tasks.demos`), so both tokenize the same text to the same ids (architecture.md invariant 1).
 Prompts are not tokenized here: a chat prompt's special tokens are real (its ids come from the
 chat template).
 """

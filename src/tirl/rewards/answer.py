@@ -1,8 +1,8 @@
 """Read the final answer from the model's own tokens: the last `\\boxed{...}` or `<answer>` tag.
 
-Invariant (DESIGN.md 3): the answer is read from `Trajectory.model_text` only. A `\\boxed{}` the
-interpreter printed is tool output and never scores; otherwise a policy could learn to
-`print("\\boxed{...}")` a guessed answer and be credited for the tool's text.
+Invariant 3 of docs/architecture.md: the answer is read from `Trajectory.model_text` only. A
+`\\boxed{}` the interpreter printed is tool output and never scores; otherwise a policy could
+learn to `print("\\boxed{...}")` a guessed answer and be credited for the tool's text.
 
 Scope: string extraction and integer normalization (AIME-style answers). Symbolic equivalence of
 general math answers is `tirl.rewards.verify` (math-verify in worker processes), not here.
@@ -135,13 +135,13 @@ _CODE_BLOCK = re.compile(r"```python\n.*?(\n```|$)|<code>.*?(</code>|$)", re.DOT
 
 def prose_text(traj: Trajectory) -> str:
     """What a scorer reads: the model's text without the inside of its code blocks. Tool output
-    is never part of it (DESIGN.md invariant 3), and `print("\\boxed{42}")` is a program that
+    is never part of it (architecture.md invariant 3), and `print("\\boxed{42}")` is a program that
     prints a box, not an answer."""
     return _CODE_BLOCK.sub("", traj.model_text)
 
 
 def answer_from_trajectory(traj: Trajectory, formats: Sequence[str] = ("boxed",)) -> str | None:
-    """The last answer in the model's prose (DESIGN.md invariant 3); boxed only by default.
+    """The last answer in the model's prose (architecture.md invariant 3); boxed only by default.
 
     Tool output is never read, and neither is the inside of the model's own code blocks:
     `print("\\boxed{42}")` is a program that prints a box, not an answer. `formats` as in

@@ -11,7 +11,7 @@ the sampler's batch for the others (request-level scheduling, AgentMath §3). A 
 keeps one stateful sandbox session for all its code blocks, opened at its first block.
 
 What the trajectory holds is exactly what the model saw: the prompt ids, the ids the sampler
-returned, and the ids of each tool output tokenized on its own (DESIGN.md invariant 1).
+returned, and the ids of each tool output tokenized on its own (architecture.md invariant 1).
 A prompt is text (tokenized without special tokens added) or ids: a chat prompt is passed as
 the exact ids of its template (`tirl.tasks.prompts.PromptRenderer.prompt_ids`). Tool output is
 tokenized with special-token spellings kept as text (`tirl.protocol.tokens.encode_literal`), so

@@ -3,7 +3,7 @@
 Thin helpers over `tirl.tasks.prompts` (the plain prompt) and `tirl.tasks.demos` (parts to
 token trajectories), kept for the callers that work with `ArithmeticItem`s. A code-integrated
 demonstration is the code that computes the answer, the real output of the sandbox (through the
-one shared formatter, DESIGN.md invariant 4), and the boxed answer. A text-only demonstration
+one shared formatter, architecture.md invariant 4), and the boxed answer. A text-only demonstration
 states the boxed answer directly. Each segment is tokenized on its own, exactly as a rollout
 would produce it (see `tirl.tasks.demos`).
 """

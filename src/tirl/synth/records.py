@@ -4,7 +4,7 @@
 Hugging Face dataset (`hf:<owner>/<name>`, needs `datasets`). A record that cannot be read
 (bad JSON, a missing or non-text field, a repeated id) raises `RecordError` naming the file and
 line, or, with `skip_bad=True`, comes back as a rejection with its reason: never dropped
-silently (DESIGN.md invariant 6).
+silently (architecture.md invariant 6).
 
 An `Item` is one trajectory in the making: the source fields, the teacher's raw text and the
 parsed `steps` (text, or code with its simulated and real output). It round-trips through JSON,

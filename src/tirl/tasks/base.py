@@ -2,7 +2,7 @@
 
 A `Task` is one problem: an id, its split, the problem text the user turn shows (the prompt is
 built from it by `tirl.tasks.prompts`, plainly or through a chat template), a reference answer
-for reports, and a scorer. The scorer sees the model's own prose only (DESIGN.md invariant 3;
+for reports, and a scorer. The scorer sees the model's own prose only (architecture.md invariant 3;
 `tirl.tasks.scoring` hands it `tirl.rewards.answer.prose_text`: no interpreter output, and not
 the inside of the model's own code blocks) and returns a `Score`:
 the task's reward in [0, 1] (1 iff correct for exact-answer tasks; RACES's SEQUENTIAL and

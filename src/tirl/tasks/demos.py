@@ -9,7 +9,7 @@ source's `demonstration` or a `tirl synth` file), with the interpreter's output 
     <tool>    the interpreter's output, rendered by the protocol       (loss mask 0)
     <model>   ... the answer, then the renderer's eos id (`<|im_end|>` in chat)
 
-Each segment is tokenized on its own (DESIGN.md invariant 1): a model segment ends where a
+Each segment is tokenized on its own (architecture.md invariant 1): a model segment ends where a
 rollout's generation would stop (the block's close, or its stop marker), and the tool output is
 tokenized separately, as the rollout does, with special-token spellings kept as text
 (`tirl.protocol.tokens.encode_literal`: a printed `<|im_end|>` never ends the turn). Model text
@@ -17,7 +17,7 @@ is tokenized the same way: the only special token a demonstration teaches is the
 
 `run_demo_codes` fills in the outputs of blocks that have none, each with its tool's own runner
 (`tirl.tools`: the path a rollout's blocks take, so a shell step shows what a rollout's shell
-block would), all of a demonstration's blocks in one sandbox session (DESIGN.md invariant 4).
+block would), all of a demonstration's blocks in one sandbox session (architecture.md invariant 4).
 
 Tools: each `Code` part names its tool (Python by default) and is written as that tool's block
 of the run's protocol (`Protocol.render_code(source, tool)`). A block for a tool the protocol

@@ -1,7 +1,7 @@
 """Scoring a trajectory against its task, the same way in training and in evaluation.
 
 The scorer reads the model's prose only (`tirl.rewards.answer.prose_text`: the model's text
-without interpreter output, DESIGN.md invariant 3, and without the inside of its own code
+without interpreter output, architecture.md invariant 3, and without the inside of its own code
 blocks: `print("\\boxed{42}")` is a program that prints a box, not an answer). What it said is
 kept in the trajectory's meta, under the keys the trainer, the evaluation metrics, the report
 and the viewer read.

@@ -12,7 +12,7 @@ a block is wrapped in `<think>`; each text step ends with a newline; the closing
 
 A record written in another protocol than the run's is an error, not a silent re-render: the
 teacher's text, the format stage and the answer check all saw that protocol. Every bad input is
-a one-line `ConfigError` naming `file:line` (DESIGN.md invariant 6).
+a one-line `ConfigError` naming `file:line` (architecture.md invariant 6).
 
 Tools: a code step names its tool (`"tool": "shell"`; absent: Python, so files written before
 there were other tools read as they always did) and becomes that tool's block of the run's

@@ -13,7 +13,7 @@ A tool is one file with one class registered by name (`@register_tool("shell")`)
 
 What a tool cannot choose is where the result goes: it is always written inside the protocol's
 output block (```` ```output ````, `<interpreter>`) as a tool segment, and tool segments are
-masked from the loss (DESIGN.md invariant 2), whatever the tool.
+masked from the loss (architecture.md invariant 2), whatever the tool.
 
 A run enables some tools (`tools: [python, shell]`, default `[python]`). `toolset_protocol`
 gives the protocol that detects the blocks of every registered tool that has markers in it:

@@ -1,7 +1,7 @@
 """Trajectories to tensors, and the policy's log-probabilities on them.
 
 The ids trained on are the ids in the trajectory's segments, concatenated; nothing is decoded
-and re-encoded (DESIGN.md invariant 1). Targets are shifted by one: position t of every
+and re-encoded (architecture.md invariant 1). Targets are shifted by one: position t of every
 [B, T-1] tensor here scores token t+1.
 """
 

@@ -39,8 +39,8 @@ sandbox failed are left out of every metric; more than `eval.max_failed_share` o
 run (`FailedSamplesError`) before the evaluation is recorded as done, so `--resume` evaluates
 again.
 
-Evaluation and the report are `tirl.eval`'s; `train` does not import `eval` (DESIGN.md), so the
-caller hands them in as an `Evaluation` (`tirl.cli` does).
+Evaluation and the report are `tirl.eval`'s; `train` does not import `eval`
+(docs/architecture.md), so the caller hands them in as an `Evaluation` (`tirl.cli` does).
 """
 
 from __future__ import annotations

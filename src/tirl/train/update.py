@@ -8,7 +8,7 @@ mean of per-micro-batch means (which would weigh a short micro-batch's tokens mo
 ranks the count is the global one, and the loss is multiplied by the world size because FSDP
 averages gradients over ranks.
 
-A tool token has loss mask 0: it is in no count and changes no loss (DESIGN.md invariant 2).
+A tool token has loss mask 0: it is in no count and changes no loss (architecture.md invariant 2).
 
 The advantage estimator and the policy loss are the ones the config names (`rl.advantage`,
 `rl.policy_loss`), looked up in the registries of `tirl.algos` and called with their

@@ -12,7 +12,7 @@ verl 0.9.1 runs one agent loop per sample inside its `AgentLoopWorker`s (Ray act
    verl's server client (`tirl.integrations.verl.engine.VerlServerEngine`: server stops, one
    sticky request id per trajectory, the finish reason inferred), with the worker process's
    sandbox (below);
-3. the reward is computed here, from the model's text only (`tirl.tasks.scoring`, DESIGN.md
+3. the reward is computed here, from the model's text only (`tirl.tasks.scoring`, architecture.md
    invariant 3) with the run's reward (`rl.reward`, and on training rows DAPO's overlong
    penalty over model tokens when `rl.overlong_buffer` > 0), and returned as `reward_score`. verl then never
    calls its reward managers for these samples (`AgentLoopWorker._compute_score` runs only
@@ -84,7 +84,7 @@ Sampling (temperature, top_p, top_k, log-probs, greedy validation) comes from ve
 parameters.
 
 A trajectory whose engine request or sandbox start failed is not trained on with a made-up
-reward: the loop raises, and verl's step fails with the error (DESIGN.md invariant 6; the
+reward: the loop raises, and verl's step fails with the error (architecture.md invariant 6; the
 sandbox's own failures, a timeout or a crash, reach the model as text and are not errors).
 """
 

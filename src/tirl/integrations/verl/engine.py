@@ -4,7 +4,7 @@ Inside verl, an agent loop samples through `server_manager.generate(request_id, 
 sampling_params=) -> TokenOutput(token_ids, log_probs, stop_reason, extra_fields)` (verl 0.9.1
 `verl.workers.rollout.llm_server.LLMServerClient`; `TokenOutput` is
 `verl.workers.rollout.replica`). Token ids in, token ids out, so tirl's rollout runs on it
-unchanged (DESIGN.md invariant 1):
+unchanged (architecture.md invariant 1):
 
 - per key, the engine keeps the sequence's whole history and sends it as `prompt_ids` with
   every request (vLLM's prefix cache makes the re-prefill cheap), with `max_tokens`,
