@@ -30,39 +30,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from sandbox import descendants, smaps_rollup_kb  # noqa: E402  (bench/sandbox.py's /proc readers)
+
 TIME = shutil.which("time") or "/usr/bin/time"
-
-
-def pss_kb(pid: int) -> int:
-    """Proportional set size of one process, in kB (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def descendants(root: int) -> list[int]:
-    """`root` and every process below it, from /proc's parent links."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
 
 
 class PssPeak(threading.Thread):
@@ -75,7 +46,8 @@ class PssPeak(threading.Thread):
 
     def run(self) -> None:
         while not self.done.wait(self.every_s):
-            self.peak_kb = max(self.peak_kb, sum(pss_kb(p) for p in descendants(self.root)))
+            tree = [self.root, *descendants(self.root)]
+            self.peak_kb = max(self.peak_kb, sum(smaps_rollup_kb(p).get("Pss", 0) for p in tree))
 
 
 def max_rss_kb(time_report: str) -> int | None:
