@@ -51,6 +51,7 @@ import dataclasses
 import json
 import os
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 from transformers.utils import logging as hf_logging
 
 from tirl.backends.engine import close_engine
@@ -621,6 +623,9 @@ def run_variants_apart(pipeline: Pipeline) -> dict:
 
 def _run_one_variant(cfg: RunConfig, run_dir: Path, evaluation, resume: bool, tokenizer):
     """One variant of `run_variants_apart`, in its child process: (results, saved samples)."""
+    # tqdm's default lock holds a multiprocessing semaphore, which a spawned child leaves to
+    # the parent's resource tracker ("leaked semaphore" at exit); a thread lock is enough here.
+    tqdm.set_lock(threading.RLock())
     quiet_transformers(cfg)
     pipeline = Pipeline(cfg, run_dir, evaluation, resume=resume, own_files=True)
     results = asyncio.run(pipeline.run(tokenizer))
