@@ -93,7 +93,7 @@ def answer(label, values):
 
 
 def test_duplicate_and_unknown_names_are_errors():
-    with pytest.raises(EnvironmentError_, match="'toy.double' is registered twice"):
+    with pytest.raises(ValueError, match="environment 'toy.double' is already registered"):
 
         @atomic("toy", SMALL, SMALL, "Double it again.", registry=REG)
         def double(x):  # noqa: F811

@@ -6,7 +6,7 @@ transports are each a `Registry`. An entry is added by decorating it,
     @ENGINES.register("vllm")
     def make_vllm_engine(...): ...
 
-from a file of tirl's or a module of the user's own, and looked up by the name a config gives.
+from a file of tirl's or a plugin (`tirl.plugins`), and looked up by the name a config gives.
 A config field checks its value with `registry.problem(name)`, so the accepted names are the
 live registry's, never a copied list. A registry reads like a read-only dict (`name in r`,
 `r[name]`, `sorted(r)`).
@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Generic, TypeVar
+
+from tirl.plugins import load_installed
 
 T = TypeVar("T")
 
@@ -55,11 +58,17 @@ class Registry(Mapping[str, T], Generic[T]):
             self._check(name, entry)
         self._entries[name] = entry
 
+    def entries(self) -> Mapping[str, T]:
+        """A read-only view of the entries by name, as registered so far (no plugin or built-in
+        loading on each read: for a hot loop that looks names up by the thousand)."""
+        return MappingProxyType(self._entries)
+
     def unregister(self, name: str) -> None:
         """Remove `name` (tests, and a plugin that replaces its own entry)."""
         self._entries.pop(name, None)
 
     def _load_builtins(self) -> None:
+        load_installed()  # installed plugins register before any name is looked up
         if self._builtins is not None:
             # A read while the module imports finds it in sys.modules: no recursion.
             importlib.import_module(self._builtins)

@@ -24,11 +24,12 @@ import itertools
 import operator
 import random
 import textwrap
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.envs.types import AnswerError, Type
+from tirl.registry import Registry as NamedRegistry
 
 
 class EnvironmentError_(ValueError):
@@ -107,26 +108,31 @@ def run_source(source: str, x: Any) -> Any:
     return namespace["f"](x)
 
 
+def _check_environment(name: str, env: Environment) -> None:
+    for role, t in (("input", env.input), ("output", env.output)):
+        if not isinstance(t, Type):
+            raise EnvironmentError_(f"environment {name!r}: its {role} type {t!r} is not a Type")
+    if not env.instruction.strip():
+        raise EnvironmentError_(f"environment {name!r} has an empty instruction")
+
+
 class Registry:
-    """Environments by name. Registering a name twice is an error, and so is asking for one
-    that does not exist (with the closest names in the message)."""
+    """Environments by name (held in the one `tirl.registry.Registry`, so a name is registered
+    once and a plugin's environments sit beside the library's), with the type graph the
+    composition search walks. Asking for a name that does not exist is an error with the
+    closest names in the message."""
 
     def __init__(self) -> None:
-        self._envs: dict[str, Environment] = {}
+        self._named = NamedRegistry[Environment]("environment", check=_check_environment)
         self._accepting: dict[frozenset[str], tuple[Environment, ...]] = {}
         self._kinds: tuple[tuple[Environment, ...], tuple[str, ...]] | None = None
 
+    @property
+    def _envs(self) -> Mapping[str, Environment]:
+        return self._named.entries()  # read-only, with C-level lookups for the search's loops
+
     def add(self, env: Environment) -> Environment:
-        if env.name in self._envs:
-            raise EnvironmentError_(f"environment {env.name!r} is registered twice")
-        for role, t in (("input", env.input), ("output", env.output)):
-            if not isinstance(t, Type):
-                raise EnvironmentError_(
-                    f"environment {env.name!r}: its {role} type {t!r} is not a Type"
-                )
-        if not env.instruction.strip():
-            raise EnvironmentError_(f"environment {env.name!r} has an empty instruction")
-        self._envs[env.name] = env
+        self._named.add(env.name, env)
         self.__dict__.get("_accepting", {}).clear()
         self._kinds = None
         return env
