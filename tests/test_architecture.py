@@ -35,6 +35,8 @@ BASE = {
     "tirl.models",
     "tirl.registry",
     "tirl.cpu",
+    "tirl.errors",
+    "tirl.plugins",
 }
 # Modules that count as the command line (nothing may import them).
 CLI_MODULES = {"tirl.cli"}

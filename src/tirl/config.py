@@ -5,7 +5,10 @@ three layers -- the dataclass defaults, then a YAML file, then overrides like `r
 and checks every value against its annotation on the way in, so a typo or a wrong type fails at
 startup with one line naming the file or override, the dotted key, the value and what was
 expected. A dataclass may define `validate(self)` for cross-field rules (ranges, orderings); it
-runs after construction, for nested configs too, and raises `ConfigError`.
+runs after construction, for nested configs too, and raises `ConfigError`. Two class attributes
+keep old configs readable: `MOVED_KEYS` (old key -> where it lives now: the old key is refused
+with that hint in one line) and `SHORTHAND` (the field a plain value for the whole section sets:
+`protocol: cir_fences` reads as `protocol: {name: cir_fences}`).
 
 Annotations understood: bool, int, float, str, `X | None` and other unions (tried in order),
 `Literal[...]`, Enum subclasses (by value), `list[T]`, `tuple[T, ...]`, fixed `tuple[A, B]`,
@@ -39,6 +42,9 @@ from typing import Any, Literal, NoReturn, TypeVar, Union
 
 import yaml
 
+from tirl.errors import ConfigError
+from tirl.plugins import load_plugins
+
 T = TypeVar("T")
 
 INT64 = (-(2**63), 2**63 - 1)
@@ -46,15 +52,6 @@ INT64 = (-(2**63), 2**63 - 1)
 # PyYAML follows YAML 1.1, where `1e-4` (no dot in the mantissa) is a string, not a float.
 # Strings of this shape are accepted as numbers, because that is what anyone writing them means.
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
-
-
-class ConfigError(ValueError):
-    """A user error in a config: the message names the file or override (if any), the dotted
-    key, the bad value and what was expected, on one line."""
-
-    def __init__(self, message: str, key: str | None = None):
-        super().__init__(message)
-        self.key = key  # the dotted key it is about; lets load_config say which input set it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,10 +107,16 @@ def setting(
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
-    """Build `cls` from its defaults, then the YAML file at `path`, then `key.sub=value` overrides."""
+    """Build `cls` from its defaults, then the YAML file at `path`, then `key.sub=value` overrides.
+    A config with a `plugins` field imports the plugins it lists first (`tirl.plugins`)."""
     data = _read_yaml(Path(path)) if path is not None else {}
     data = apply_overrides(data, overrides)
     try:
+        if "plugins" in {f.name for f in dataclasses.fields(cls)}:
+            # before the config is checked: its keys may name what the plugins register
+            plugins = load_plugins(data.get("plugins"), Path(path).parent if path else None)
+            if plugins:  # with each file's path absolute, as a saved copy must hold it
+                data = {**data, "plugins": plugins}
         return from_dict(cls, data)
     except ConfigError as e:
         source = _source(e.key, path, overrides)
@@ -306,7 +309,11 @@ def _build(cls: type[T], data: Any, where: str, base: Any) -> T:
         _fail(where or "config", data, cls)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    moved = getattr(cls, "MOVED_KEYS", {})
     for name in data:
+        if name in moved:
+            key = _join(where, name)
+            raise ConfigError(f"{key} is now {moved[name]}", key)
         if name not in fields:
             key = _join(where, name)
             raise ConfigError(f"unknown key {key!r}{_suggest(str(name), fields, where)}", key)
@@ -361,6 +368,9 @@ def _convert(tp: Any, value: Any, key: str, base: Any = None) -> Any:
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
+        shorthand = getattr(tp, "SHORTHAND", None)
+        if shorthand is not None and not isinstance(value, Mapping):
+            value = {shorthand: value}  # `protocol: cir_fences` = `protocol: {name: cir_fences}`
         return _build(tp, value, key, base if isinstance(base, tp) else None)
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:

@@ -653,6 +653,12 @@ class RunConfig:
     """A training run: code-integrated and/or text-only variants, each demonstrations -> SFT ->
     evaluation -> RL -> evaluation (`tirl.train.pipeline`)."""
 
+    plugins: list[str] = setting(
+        factory=list,
+        doc="modules (or .py files, relative to the config file) imported before the config is"
+        " checked, to register sources, environments, estimators, losses, rewards, protocols,"
+        " engines, transports or tools of your own (tirl.plugins; docs/extending.md)",
+    )
     name: str = setting(
         "quickstart", doc="run folder name, inside out_dir (a plain name)", check=run_name_problem
     )

@@ -76,6 +76,7 @@ from tirl.models.tiny import (
     set_gradient_checkpointing,
     train_tokenizer,
 )
+from tirl.plugins import load_plugins
 from tirl.protocol import Protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rollout.runner import Rollout, RolloutSettings
@@ -626,6 +627,7 @@ def _run_one_variant(cfg: RunConfig, run_dir: Path, evaluation, resume: bool, to
     # tqdm's default lock holds a multiprocessing semaphore, which a spawned child leaves to
     # the parent's resource tracker ("leaked semaphore" at exit); a thread lock is enough here.
     tqdm.set_lock(threading.RLock())
+    load_plugins(cfg.plugins)  # a spawned process starts with only the built-in entries
     quiet_transformers(cfg)
     pipeline = Pipeline(cfg, run_dir, evaluation, resume=resume, own_files=True)
     results = asyncio.run(pipeline.run(tokenizer))
