@@ -86,7 +86,7 @@ def test_config_errors_are_one_line_and_name_the_key(tmp_path):
         load_config(SynthConfig, None, [])
     with pytest.raises(ConfigError, match="teacher.concurrency must be in \\[1, 10000\\], got 0"):
         load_config(SynthConfig, None, ["teacher.url=http://127.0.0.1:1", "teacher.concurrency=0"])
-    with pytest.raises(ConfigError, match="output_format must be one of"):
+    with pytest.raises(ConfigError, match="output_format must name a registered protocol"):
         load_config(SynthConfig, None, ["output_format=xml"])
     with pytest.raises(ConfigError, match="stages.self_correct needs stages.execute"):
         load_config(SynthConfig, None, ["stages.execute=false", "teacher.url=http://127.0.0.1:1"])

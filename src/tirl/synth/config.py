@@ -8,9 +8,9 @@ so a bad value fails at startup with one line naming the key.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from tirl.config import ConfigError, setting
+from tirl.protocol import PROTOCOLS
 from tirl.sandbox.config import SandboxConfig
 from tirl.tools import DEFAULT_TOOLS, tools_problem
 
@@ -118,6 +118,11 @@ class LimitsConfig:
 
 @dataclass
 class SynthConfig:
+    plugins: list[str] = setting(
+        factory=list,
+        doc="modules (or .py files, relative to the config file) imported before the config is"
+        " checked: protocols, tools or task sources of your own (tirl.plugins)",
+    )
     input: InputConfig = setting(factory=InputConfig, doc="the source records")
     stages: StagesConfig = setting(factory=StagesConfig, doc="which stages run")
     decontam: DecontamConfig = setting(factory=DecontamConfig, doc="decontamination")
@@ -129,8 +134,10 @@ class SynthConfig:
         doc="where the demonstrations' code runs, and what of its output they show (train with"
         " the same max_output_chars)",
     )
-    output_format: Literal["agentmath_tags", "cir_fences"] = setting(
-        "agentmath_tags", doc="the protocol the trajectories are written in"
+    output_format: str = setting(
+        "agentmath_tags",
+        doc="the protocol the trajectories are written in (a registered protocol)",
+        check=PROTOCOLS.problem,
     )
     tools: list[str] = setting(
         factory=lambda: list(DEFAULT_TOOLS),
