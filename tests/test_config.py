@@ -273,3 +273,41 @@ def test_a_rule_naming_a_key_inside_its_section_is_traced_to_the_override():
         load_config(WithEntries, None, ["entries.items=[{weight: 1}]"])
     assert str(err.value).startswith("override 'entries.items=[{weight: 1}]': ")
     assert err.value.key == "entries.items[0].source"
+
+
+@dataclass
+class Shape:
+    SHORTHAND = "name"  # `shape: box` reads as `shape: {name: box}`
+    MOVED_KEYS = {"size": "shape.scale"}  # unannotated: class constants, not fields
+
+    name: str = "ball"
+    scale: float = 1.0
+
+
+@dataclass
+class WithShape:
+    MOVED_KEYS = {"shape_scale": "shape.scale"}
+
+    shape: Shape = field(default_factory=Shape)
+
+
+def test_a_plain_value_for_a_section_with_a_shorthand_sets_its_shorthand_field(tmp_path):
+    cfg = load_config(WithShape, write(tmp_path, "shape: box\n"))
+    assert cfg.shape == Shape(name="box", scale=1.0)
+    assert load_config(WithShape, None, ["shape=cube"]).shape.name == "cube"
+    assert load_config(WithShape, None, ["shape.scale=2"]).shape == Shape("ball", 2.0)
+    with pytest.raises(ConfigError, match="shape.name must be a string, got 3"):
+        load_config(WithShape, None, ["shape=3"])
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("shape_scale=2", "override 'shape_scale=2': shape_scale is now shape.scale"),
+        ("shape.size=2", "override 'shape.size=2': shape.size is now shape.scale"),
+    ],
+)
+def test_a_moved_key_is_refused_in_one_line_naming_its_new_place(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(WithShape, None, [override])
+    assert str(err.value) == message
