@@ -7,13 +7,28 @@ import asyncio
 import json
 
 from tirl.backends.hf import HFEngine
-from tirl.eval.benchmark_eval import EvalItem, benchmark_metrics, read_done, run_benchmark
-from tirl.rewards.verify import verify_answer
+from tirl.eval.benchmark_eval import benchmark_metrics, read_done, run_benchmark
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
+from tirl.tasks.base import Task
+from tirl.tasks.sources.dataset import score_math
+
+
+def math_task(item_id: str, problem: str, answer: str, category: str | None = None) -> Task:
+    """A benchmark's math task, as the `benchmark` source makes it from a file row."""
+    return Task(
+        f"benchmark/toy/{item_id}",
+        "test",
+        problem,
+        answer,
+        scorer=lambda text: score_math(answer, text),
+        source="benchmark",
+        meta={"scoring": "math", "category": category, "item_id": item_id},
+    )
+
 
 ITEMS = [
-    EvalItem(str(i), f"Compute {a} * {b}.", str(a * b), "products")
+    math_task(str(i), f"Compute {a} * {b}.", str(a * b), "products")
     for i, (a, b) in enumerate([(12, 34), (56, 78), (9, 10)])
 ]
 SETTINGS = RolloutSettings(max_model_tokens=12, tool_budget=1, temperature=1.0)
@@ -32,7 +47,6 @@ def _run(tiny_model, tokenizer, out_dir, items=ITEMS, k=2):
                     SETTINGS,
                     k,
                     out_dir,
-                    verify_answer,
                     chunk=4,
                     progress=False,
                 )

@@ -14,7 +14,6 @@ from pathlib import Path
 from tirl.backends.hf import HFEngine
 from tirl.cli import main
 from tirl.eval.benchmark_eval import (
-    EvalItem,
     benchmark_keys,
     benchmark_metrics,
     run_benchmark,
@@ -22,9 +21,10 @@ from tirl.eval.benchmark_eval import (
     write_benchmark_report,
 )
 from tirl.models.tiny import save_policy
-from tirl.rewards.verify import verify_answer
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
+from tirl.tasks.base import Task
+from tirl.tasks.sources.dataset import score_math
 
 
 def _dead_url() -> str:
@@ -93,7 +93,14 @@ def test_arithmetic_eval_counts_failed_samples_apart_from_wrong_answers(
     assert "3 of 3 samples failed" in captured.err
 
 
-def _run(model, tokenizer, out_dir: Path, items: list[EvalItem], k: int = 2) -> list[dict]:
+def math_task(item_id: str, problem: str, answer: str) -> Task:
+    """A benchmark's math task, as the `benchmark` source makes it from a file row."""
+    meta = {"scoring": "math", "category": None, "item_id": item_id}
+    scorer = lambda text: score_math(answer, text)  # noqa: E731
+    return Task(f"benchmark/toy/{item_id}", "test", problem, answer, scorer, "benchmark", meta)
+
+
+def _run(model, tokenizer, out_dir: Path, items: list[Task], k: int = 2) -> list[dict]:
     async def go():
         async with Sandbox(SandboxLimits(timeout_s=2), preload=("math",)) as sandbox:
             engine = HFEngine(model, tokenizer.eos_token_id, max_batch=8, seed=0)
@@ -101,7 +108,7 @@ def _run(model, tokenizer, out_dir: Path, items: list[EvalItem], k: int = 2) -> 
                 rollout = Rollout(engine, tokenizer, sandbox)
                 settings = RolloutSettings(max_model_tokens=12, tool_budget=1, temperature=1.0)
                 return await run_benchmark(
-                    rollout, "toy", items, settings, k, out_dir, verify_answer, progress=False
+                    rollout, "toy", items, settings, k, out_dir, progress=False
                 )
             finally:
                 engine.close()
@@ -110,7 +117,7 @@ def _run(model, tokenizer, out_dir: Path, items: list[EvalItem], k: int = 2) -> 
 
 
 def test_a_torn_last_line_is_cut_before_the_rerun_appends(tiny_model, tokenizer, tmp_path):
-    items = [EvalItem(str(i), f"Compute {a} * 7.", str(7 * a)) for i, a in enumerate([3, 4, 5])]
+    items = [math_task(str(i), f"Compute {a} * 7.", str(7 * a)) for i, a in enumerate([3, 4, 5])]
     _run(tiny_model, tokenizer, tmp_path, items)
     path = samples_path(tmp_path, "toy")
     whole = path.read_text().splitlines(keepends=True)

@@ -23,6 +23,7 @@ from tirl.backends.engine import Engine, GenOutput
 from tirl.backends.hf import HFEngine
 from tirl.backends.openai import OpenAIEngine
 from tirl.config import ConfigError, from_dict, load_config
+from tirl.protocol.score import Score
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory
 from tirl.rewards.reward import REWARDS, make_reward
 from tirl.rollout.engines import ENGINES
@@ -165,7 +166,8 @@ def _scored_batch(tokenizer, n_groups: int = 2, group_size: int = 3) -> list[Tra
                 Segment(SegmentKind.TOOL, ids(3)),
                 Segment(SegmentKind.MODEL, ids(2), logprobs=[-1.0] * 2),
             ]
-            trajs.append(Trajectory(segments, meta={"task": task, "correct": k % 2 == 0}))
+            score = Score(float(k % 2 == 0), k % 2 == 0)
+            trajs.append(Trajectory(segments, meta={"task": task}, score=score))
     return trajs
 
 

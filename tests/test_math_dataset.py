@@ -87,10 +87,10 @@ def test_a_math_dataset_trains_and_its_verdicts_are_the_verifiers(tmp_path, caps
     assert len(trajs) == 24
     verdicts = []
     for traj in trajs:
-        meta = traj["meta"]
-        expected = verify_answer(meta["gold"], meta["predicted"]).correct
-        assert meta["correct"] == expected, meta
-        verdicts.append((meta["correct"], meta["predicted"], meta["gold"]))
+        score, gold = traj["score"], traj["meta"]["gold"]
+        expected = verify_answer(gold, score["predicted"]).correct
+        assert score["correct"] == expected, score
+        verdicts.append((score["correct"], score["predicted"], gold))
     # the run exercised the verifier both ways, and equivalence (not string equality) decided
     assert any(ok and predicted != gold for ok, predicted, gold in verdicts), verdicts
     assert any(not ok for ok, _, _ in verdicts), verdicts

@@ -72,9 +72,9 @@ def test_a_two_source_mixture_trains_and_evaluates_every_eval_set(tmp_path, caps
     assert {"eval/heldout/accuracy", "eval/products/accuracy"} <= set(during[0])
     # the held-out set draws from both sources; its samples record their task's score
     heldout = [json.loads(line) for line in (run / "samples" / "code_rl_heldout.jsonl").open()]
-    ids = {t["meta"]["task_id"].split("/")[0] for t in heldout}
+    ids = {t["task_id"].split("/")[0] for t in heldout}
     assert ids == {"arithmetic", "dataset"}, ids
-    assert all({"correct", "task_reward", "gold"} <= set(t["meta"]) for t in heldout)
+    assert all({"correct", "reward"} <= set(t["score"]) and "gold" in t["meta"] for t in heldout)
     assert "products" in capsys.readouterr().out  # the summary table names each set
 
 
@@ -229,7 +229,7 @@ def test_sft_from_a_synth_races_file_then_rl_in_one_config(tmp_path, capsys):
     samples = [
         json.loads(line) for line in (run / "samples" / "code_rl_races_heldout.jsonl").open()
     ]
-    assert all(s["meta"]["task_id"].startswith("races/test/") for s in samples)
+    assert all(s["task_id"].startswith("races/test/") for s in samples)
     capsys.readouterr()
     # the synth file is in agentmath_tags: a run in cir_fences refuses it, naming line 1
     assert main(["train", recipe, *small, "name=other", "protocol=cir_fences"]) == 2

@@ -360,9 +360,7 @@ def test_tirl_train_and_eval_run_on_the_recipe(tmp_path, capsys):
     assert all(0.0 <= r["train/reward_mean"] <= 1.0 for r in records if r["phase"] == "rl")
     samples = [json.loads(line) for line in (run / "samples" / "code_rl_heldout.jsonl").open()]
     assert len(samples) == 4
-    assert all(
-        s["meta"]["task_id"].startswith("reasoning_gym/basic_arithmetic/test/") for s in samples
-    )
+    assert all(s["task_id"].startswith("reasoning_gym/basic_arithmetic/test/") for s in samples)
     results = json.loads((run / "eval.json").read_text())
     assert results["code"]["rl"]["heldout"]["eval/samples"] == 4
     # `tirl eval` on the trained model, with an evaluation set of another reasoning-gym dataset

@@ -14,6 +14,7 @@ from tirl.eval.report import (
     summary_rows,
     write_report,
 )
+from tirl.protocol.score import Score
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -91,26 +92,16 @@ def _samples() -> list[Trajectory]:
             Segment(SegmentKind.MODEL, [10, 11], "The answer is \\boxed{42}."),
         ],
         tool_calls=[ToolCall("print(6*7)", "ok", "<script>alert(1)</script>\n")],
-        meta={
-            "variant": "code",
-            "question": "What is 6*7?",
-            "gold": "42",
-            "predicted": "42",
-            "correct": True,
-        },
+        meta={"variant": "code", "question": "What is 6*7?", "gold": "42"},
+        score=Score(1.0, True, "", "42"),
     )
     text = Trajectory(
         segments=[
             Segment(SegmentKind.PROMPT, [1, 2], "What is 6*7?\n"),
             Segment(SegmentKind.MODEL, [3, 4, 5], "6*7 = 41, so \\boxed{41}."),
         ],
-        meta={
-            "variant": "text",
-            "question": "What is 6*7?",
-            "gold": "42",
-            "predicted": "41",
-            "correct": False,
-        },
+        meta={"variant": "text", "question": "What is 6*7?", "gold": "42"},
+        score=Score(0.0, False, "", "41"),
     )
     return [code, text]
 

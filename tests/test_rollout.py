@@ -7,10 +7,10 @@ from conftest import CODES  # noqa: E402  (the scripted model's prompts and code
 
 from tirl.backends.hf import HFEngine
 from tirl.envs.arithmetic import ArithmeticItem
-from tirl.eval.evaluate import score
 from tirl.protocol.segments import SegmentKind
 from tirl.rollout.runner import BUDGET_SPENT_MESSAGE, Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
+from tirl.tasks.scoring import score_trajectory
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.batch import collate, token_logprobs
 
@@ -47,10 +47,9 @@ def test_a_box_printed_by_the_interpreter_never_scores(scripted_model, tokenizer
     (traj,) = _rollout(scripted_model, tokenizer, ["C:\n"], GREEDY)
     tool_text = next(s.text for s in traj.segments if s.kind is SegmentKind.TOOL)
     assert "\\boxed{42}" in tool_text  # the interpreter printed it...
-    score(traj, ArithmeticSource().task(ArithmeticItem("q", "42", "42", "product", "test", 0)))
-    assert (
-        traj.meta["predicted"] is None and traj.meta["correct"] is False
-    )  # ...and it does not count
+    task = ArithmeticSource().task(ArithmeticItem("q", "42", "42", "product", "test", 0))
+    score_trajectory(traj, task)
+    assert traj.score.predicted is None and traj.score.correct is False  # ...and it does not count
 
 
 def test_ids_trained_on_are_exactly_the_ids_sampled(scripted_model, tokenizer):

@@ -19,6 +19,7 @@ import torch
 
 from tirl.backends.hf import HFEngine
 from tirl.config import ConfigError, load_config
+from tirl.protocol.score import Score
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory
 from tirl.rollout.runner import Rollout
 from tirl.sandbox import Sandbox
@@ -57,7 +58,9 @@ def synthetic_batch(groups: int, group_size: int, seed: int = 0) -> list[Traject
             if torch.rand(1, generator=g) < 0.6:  # a tool call, then more model text
                 segments += [Segment(SegmentKind.TOOL, ids(2, 6)), model_segment(1, 6)]
             correct = bool(torch.rand(1, generator=g) < 0.5)
-            trajs.append(Trajectory(segments, meta={"task": task, "correct": correct}))
+            trajs.append(
+                Trajectory(segments, meta={"task": task}, score=Score(float(correct), correct))
+            )
     return trajs
 
 

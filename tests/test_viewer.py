@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from tirl.backends.hf import HFEngine
-from tirl.eval.evaluate import score
 from tirl.eval.report import write_report
 from tirl.eval.viewer import (
     find_tokenizer,
@@ -36,10 +35,12 @@ from tirl.eval.viewer import (
     write_viewer,
 )
 from tirl.protocol.fences import render_code, render_tool_output
+from tirl.protocol.score import Score
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, format_result
 from tirl.synth.arithmetic import ANSWER_TEMPLATE, prompt_for, text_only_texts, to_trajectory
+from tirl.tasks.scoring import score_trajectory
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 
 XSS = "<script>alert(1)</script>"
@@ -141,7 +142,15 @@ def trajs(tokenizer, env) -> list[Trajectory]:
         },
     )
     unscored = to_trajectory(text_only_texts(t4), tokenizer, {})
-    return [correct, wrong, text, unscored]
+    return [_scored(t) for t in (correct, wrong, text, unscored)]
+
+
+def _scored(traj: Trajectory) -> Trajectory:
+    """The verdict written in the fixtures' meta, as the trajectory's typed score."""
+    if "correct" in traj.meta:
+        correct, predicted = traj.meta.pop("correct"), traj.meta.pop("predicted")
+        traj.score = Score(float(correct), correct, "", predicted)
+    return traj
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +174,8 @@ def rollout_trajs(tokenizer, env) -> list[Trajectory]:
 
     trajs = asyncio.run(run())
     for traj, task in zip(trajs, tasks):
-        score(traj, ArithmeticSource().task(task)).meta["variant"] = "text"
+        score_trajectory(traj, ArithmeticSource().task(task))
+        traj.meta["variant"] = "text"
     return trajs
 
 
@@ -632,8 +642,8 @@ def test_page_in_headless_chromium(trajs, rollout_trajs, tokenizer, tmp_path):
 
         # The filter buttons.
         expected = {
-            "wrong": [i for i, t in enumerate(all_trajs, 1) if t.meta.get("correct") is False],
-            "correct": [i for i, t in enumerate(all_trajs, 1) if t.meta.get("correct")],
+            "wrong": [i for i, t in enumerate(all_trajs, 1) if t.score and not t.score.correct],
+            "correct": [i for i, t in enumerate(all_trajs, 1) if t.correct],
             "errors": [i for i, t in enumerate(all_trajs, 1) if has_tool_errors(t)],
             "all": list(range(1, len(all_trajs) + 1)),
         }

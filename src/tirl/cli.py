@@ -279,27 +279,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _benchmark_items(args: argparse.Namespace) -> dict[str, tuple[list, str]]:
-    """(items, source) of every --benchmark by its unique report name (`benchmark_keys`),
+    """(tasks, source) of every --benchmark by its unique report name (`benchmark_keys`),
     loaded before any model work so a typo fails fast."""
-    from tirl.eval.benchmark_eval import benchmark_keys, benchmark_source
-    from tirl.eval.benchmarks import load_benchmark, load_races
+    from tirl.eval.benchmark_eval import benchmark_tasks
 
-    names = [n.strip() for spec in args.benchmark for n in spec.split(",") if n.strip()]
-    keys = benchmark_keys(names)
-    items = {}
-    for name in dict.fromkeys(names):
-        if keys[name] in items:
-            continue  # the same file named twice
-        try:
-            loaded = (
-                load_races(args.limit or 200)
-                if name == "races"
-                else load_benchmark(name, args.data_dir)
-            )
-        except (ValueError, ImportError) as e:
-            raise ConfigError(f"--benchmark {name}: {e}") from None
-        items[keys[name]] = (loaded[: args.limit] if args.limit else loaded, benchmark_source(name))
-    return items
+    return benchmark_tasks(args.benchmark, args.data_dir, args.limit)
 
 
 def _eval_benchmarks(args, cfg, model, tokenizer, items) -> int:
@@ -307,7 +291,6 @@ def _eval_benchmarks(args, cfg, model, tokenizer, items) -> int:
     a locked --out folder; exit code 1 when too many samples failed (a rerun retries them)."""
     from tirl.eval.benchmark_eval import benchmark_metrics, run_benchmark, write_benchmark_report
     from tirl.files import lock_folder
-    from tirl.rewards.verify import verify_answer
     from tirl.train.runtime import rollout_settings
 
     k = 1 if args.temperature == 0 else args.k
@@ -325,7 +308,7 @@ def _eval_benchmarks(args, cfg, model, tokenizer, items) -> int:
         async with _eval_rollout(cfg, model, tokenizer, tokenizer.eos_token_id) as rollout:
             for name, (its, source) in items.items():
                 records = await run_benchmark(
-                    rollout, name, its, settings, k, out_dir, verify_answer, source=source
+                    rollout, name, its, settings, k, out_dir, source=source
                 )
                 results[name] = benchmark_metrics(records, k)
         return results

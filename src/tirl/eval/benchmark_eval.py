@@ -21,10 +21,14 @@ shortest trailing parts of their paths that tell them apart (`d1/b`, `d2/b`; the
 `d1~b.samples.jsonl`). Each record carries the benchmark's `source` (the resolved file, or the
 name), and a samples file that holds another source's samples is refused, not mixed in.
 
-Scoring: math benchmarks compare the last `\\boxed{}` of the model's own text with the gold
-answer through `tirl.rewards.verify` (math-verify with timeouts and guards); RACES items are
-scored by their operator's reward (`tirl.envs.operators.score`), and count as correct only at
-reward 1.
+Problems and scoring: the benchmarks are read through the `benchmark` task source
+(`tirl.tasks.sources.benchmark`, `benchmark_tasks`) as `Task`s, and every finished trajectory is
+scored by its task with `tirl.tasks.scoring.score_trajectory`, the scorer training and the task
+evaluation use: the model's prose only (no interpreter output, not the inside of its own code
+blocks). Math tasks compare the last `\\boxed{}` with the gold answer through the math verifier
+(`tirl.rewards.verify`); RACES tasks are scored by their operator's reward, and count as correct
+only at reward 1. A record keeps the verdict under its old keys (predicted, correct, reason, and
+reward for RACES), so files written before still resume and load.
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ import io
 import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,26 +52,16 @@ from tirl.eval.metrics import (
 )
 from tirl.files import JsonlAppender, read_jsonl, write_bytes, write_text
 from tirl.protocol.segments import Trajectory
-from tirl.rewards.answer import answer_from_trajectory
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 from tirl.rollout.runner import Rollout, RolloutSettings
+from tirl.tasks.base import Task
+from tirl.tasks.scoring import score_trajectory
 
 MATH_PROMPT = (
     "{problem}\n\nSolve the problem step by step. You may write Python in ```python blocks; each"
     " block runs as soon as it is closed and its output is shown to you. Put the final answer in"
     " \\boxed{{}}.\n"
 )
-
-
-@dataclass(frozen=True)
-class EvalItem:
-    """What the runner needs of a benchmark item (`tirl.eval.benchmarks.BenchmarkItem` fits)."""
-
-    id: str
-    problem: str
-    answer: str
-    category: str = ""
-    meta: dict | None = None
 
 
 FILE_SUFFIXES = (".jsonl", ".parquet")
@@ -139,52 +132,92 @@ def _check_source(path: Path, records: list[dict], source: str | None) -> None:
         )
 
 
-def prompt_for(item: Any, template: str = MATH_PROMPT) -> str:
-    if item.meta and "task" in item.meta:  # a RACES task carries its own prompt
-        return item.meta["task"]["prompt"]
-    return template.format(problem=item.problem)
+def benchmark_tasks(
+    specs: Sequence[str], data_dir: str | None = None, limit: int | None = None
+) -> dict[str, tuple[list[Task], str]]:
+    """(tasks, source) of every `--benchmark` spec (comma-separated lists allowed) by its
+    unique report name (`benchmark_keys`), read through the `benchmark` task source
+    (`tirl.tasks.sources.benchmark`): the first `limit` tasks of each (for `races`, `limit`
+    tasks are built). A benchmark that cannot be read is a ConfigError naming it."""
+    from tirl.tasks.sources.benchmark import BenchmarkSource
+
+    names = [n.strip() for spec in specs for n in spec.split(",") if n.strip()]
+    keys = benchmark_keys(names)
+    loaded: dict[str, tuple[list[Task], str]] = {}
+    for name in dict.fromkeys(names):
+        if keys[name] in loaded:
+            continue  # the same file named twice
+        source = BenchmarkSource(benchmark=name, benchmark_dir=data_dir, races_n=limit or 200)
+        try:
+            tasks = source.load_tasks()
+        except (ValueError, ImportError) as e:
+            raise ConfigError(f"--benchmark {name}: {e}") from None
+        loaded[keys[name]] = (tasks[:limit] if limit else tasks, benchmark_source(name))
+    return loaded
 
 
-def judge(item: Any, traj: Trajectory, verify) -> dict[str, Any]:
-    """The verdict for one trajectory: predicted answer, correct, reason (and the reward)."""
-    if item.meta and "task" in item.meta:
-        from tirl.envs.core import REGISTRY
-        from tirl.envs.operators import OperatorTask, score
+def is_races(task: Task) -> bool:
+    """A RACES task: scored by its operator reward, asked in its own words."""
+    return task.meta.get("scoring") == "races"
 
-        reward = score(OperatorTask.from_dict(item.meta["task"]), traj.model_text, REGISTRY)
-        return {
-            "predicted": None,
-            "correct": reward.value == 1.0,
-            "reward": reward.value,
-            "reason": reward.reason,
-        }
-    predicted = answer_from_trajectory(traj)
-    verdict = verify(item.answer, predicted)
-    return {"predicted": predicted, "correct": verdict.correct, "reason": verdict.reason}
+
+def item_id(task: Task) -> str:
+    """The id a samples record keys `task` by: the benchmark's own item id."""
+    return str(task.meta.get("item_id", task.id))
+
+
+def prompt_for(task: Task, template: str = MATH_PROMPT) -> str:
+    if is_races(task):  # a RACES task carries its own prompt
+        return task.problem
+    return template.format(problem=task.problem)
+
+
+def sample_record(
+    name: str, task: Task, sample: int, traj: Trajectory, source: str | None = None
+) -> dict[str, Any]:
+    """One samples-file record. A finished trajectory is scored here, by its task
+    (`tirl.tasks.scoring.score_trajectory`, the one scorer of training and evaluation), and its
+    verdict kept beside it under the keys the file has always had: predicted, correct, reason,
+    and the reward for RACES tasks (which give partial credit and take no majority vote)."""
+    rec: dict[str, Any] = {"benchmark": name, "item_id": item_id(task), "sample": sample}
+    rec.update({"category": task.meta.get("category"), "gold": task.answer})
+    if source is not None:
+        rec["source"] = source
+    if traj.finish_reason in FAILED_FINISH:
+        traj.task_id = task.id
+        rec.update(status="failed", error=traj.meta.get("error", ""))
+    else:
+        score = score_trajectory(traj, task)
+        rec.update(status="ok", predicted=score.predicted, correct=score.correct)
+        if is_races(task):
+            rec["reward"] = score.reward
+        rec.update(reason=score.reason, stats=tool_stats(traj))
+    rec.update(finish_reason=traj.finish_reason, trajectory=traj.to_dict())
+    return rec
 
 
 async def run_benchmark(
     rollout: Rollout,
     name: str,
-    items: Sequence[Any],
+    tasks: Sequence[Task],
     settings: RolloutSettings,
     k: int,
     out_dir: Path,
-    verify,
     chunk: int = 64,
     progress: bool = True,
     source: str | None = None,
 ) -> list[dict]:
-    """Generate the missing samples of `items` (k each), append them to the samples file, and
-    return the records of `items`, finished (resumed and new) and failed (in this run), in item
-    order. Failed records of earlier runs are dropped from the file first (they are retried)."""
+    """Generate the missing samples of `tasks` (k each), score and append them to the samples
+    file, and return the records of `tasks`, finished (resumed and new) and failed (in this
+    run), in task order. Failed records of earlier runs are dropped from the file first (they
+    are retried)."""
     path = samples_path(out_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     records = list(read_jsonl(path))
     _check_source(path, records, source)
     done = _finished(records)
     failed: dict[tuple[str, int], dict] = {}
-    todo = [(it, j) for it in items for j in range(k) if (str(it.id), j) not in done]
+    todo = [(t, j) for t in tasks for j in range(k) if (item_id(t), j) not in done]
     with JsonlAppender(path) as f:
         if len(done) != len(records):  # failed or repeated records: keep each finished one once
             f.rewrite(done.values())
@@ -196,22 +229,13 @@ async def run_benchmark(
                 else None
             )
             trajs = await rollout.run_many(
-                [prompt_for(it) for it, _ in part], settings, progress=label
+                [prompt_for(t) for t, _ in part], settings, progress=label
             )
-            for (it, j), traj in zip(part, trajs):
-                rec = {"benchmark": name, "item_id": str(it.id), "sample": j}
-                rec.update({"category": it.category, "gold": it.answer})
-                if source is not None:
-                    rec["source"] = source
-                if traj.finish_reason in FAILED_FINISH:
-                    rec.update(status="failed", error=traj.meta.get("error", ""))
-                    failed[(rec["item_id"], j)] = rec
-                else:
-                    rec.update(status="ok", **judge(it, traj, verify), stats=tool_stats(traj))
-                    done[(rec["item_id"], j)] = rec
-                rec.update(finish_reason=traj.finish_reason, trajectory=traj.to_dict())
+            for (task, j), traj in zip(part, trajs):
+                rec = sample_record(name, task, j, traj, source)
+                (failed if is_failed_record(rec) else done)[(rec["item_id"], j)] = rec
                 f.append(rec)
-    keys = [(str(it.id), j) for it in items for j in range(k)]
+    keys = [(item_id(t), j) for t in tasks for j in range(k)]
     return [done.get(key) or failed[key] for key in keys if key in done or key in failed]
 
 

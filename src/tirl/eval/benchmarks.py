@@ -1,9 +1,10 @@
 """Evaluation benchmarks as one record type, `BenchmarkItem`: the loaders of
 `tirl.tasks.benchmark_files`, re-exported for evaluation's users.
 
-The file reading moved down to `tirl.tasks` so that the `benchmark` task source (training and
-evaluation through one task interface) and `tirl eval` read benchmarks the same way; see that
-module for the formats, the quirks of the real files and the errors.
+The file reading moved down to `tirl.tasks`, where the `benchmark` task source turns these
+items into `Task`s; `tirl eval --benchmark` gets its problems from that source
+(`tirl.eval.benchmark_eval.benchmark_tasks`), not from these loaders directly. See
+`tirl.tasks.benchmark_files` for the formats, the quirks of the real files and the errors.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Tasks are `tirl.tasks.Task`s of any source; each is asked as its prompt's token ids (the
 caller's `prompt_ids(task)`, from `tirl.tasks.prompts.PromptRenderer`, plain or chat) and scored
-by its own scorer on the model's text (`tirl.tasks.scoring.score_trajectory`): correct, the
-reward in [0, 1], the predicted answer and why.
+by its own scorer on the model's text (`tirl.tasks.scoring.score_trajectory`, the scorer
+`tirl eval --benchmark` uses too): `traj.score` says correct, the reward in [0, 1], the
+predicted answer and why.
 
 Failed samples: a trajectory whose engine or sandbox failed (finish_reason "error": a server
 that cannot be reached, a sandbox that was lost; or "cancelled") says nothing about the policy.
@@ -59,12 +60,6 @@ def check_failed_share(
         )
 
 
-def score(traj: Trajectory, task: Task) -> Trajectory:
-    """Record the task's score of `traj` in its meta (`tirl.tasks.scoring`)."""
-    score_trajectory(traj, task)
-    return traj
-
-
 def mean_pass_at_most_k(per_item: list[list[bool]], k: int) -> float:
     """Mean over items of pass@k, an item with n < k samples (some failed) counting pass@n."""
     return sum(pass_at_k(len(s), sum(s), min(k, len(s))) for s in per_item) / len(per_item)
@@ -97,15 +92,14 @@ async def evaluate(
         samples = []
         for traj in trajs[i * k : (i + 1) * k]:
             if is_failed(traj):
-                traj.meta.update(
-                    task_id=task.id, question=task.problem, gold=task.answer, status="failed"
-                )
+                traj.task_id = task.id
+                traj.meta.update(question=task.problem, gold=task.answer, status="failed")
                 continue
-            samples.append(bool(score(traj, task).meta["correct"]))
+            samples.append(score_trajectory(traj, task).correct)
             scored.append(traj)
         if samples:
             per_item.append(samples)
-    rewards = [t.meta["task_reward"] for t in scored]
+    rewards = [t.score.reward for t in scored]
     metrics = {
         "eval/accuracy": avg_at_k(per_item) if per_item else math.nan,
         "eval/pass@k": mean_pass_at_most_k(per_item, k) if per_item else math.nan,

@@ -45,6 +45,7 @@ from matplotlib.figure import Figure
 from tirl.envs.operators import OPERATORS
 from tirl.envs.study import ARM_SPECS, EVAL_SIZES
 from tirl.files import read_jsonl, write_bytes, write_text
+from tirl.protocol.segments import Trajectory
 
 SETS = ("atomic", "compositions")
 RESAMPLES = 2000
@@ -138,14 +139,14 @@ def _item_scores(path: Path, n_items: int) -> tuple[np.ndarray, np.ndarray, int]
     reward = np.full(n_items, np.nan)
     correct = np.full(n_items, np.nan)
     failed = 0
-    for traj in read_jsonl(path):
-        meta = traj["meta"]
-        if "task_reward" not in meta:
+    for record in read_jsonl(path):
+        traj = Trajectory.from_dict(record)  # also reads files from before typed scores
+        if traj.score is None:
             failed += 1
             continue
-        k = _index(meta["task_id"])
-        reward[k] = meta["task_reward"]
-        correct[k] = float(meta["correct"])
+        k = _index(traj.task_id)
+        reward[k] = traj.score.reward
+        correct[k] = float(traj.score.correct)
     return reward, correct, failed
 
 

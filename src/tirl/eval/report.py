@@ -478,8 +478,8 @@ def _pick_samples(samples: Iterable, max_samples: int) -> list[Trajectory]:
         by_variant.setdefault(str(traj.meta.get("variant", "?")), []).append(traj)
     queues = []
     for variant in _ordered(by_variant, VARIANT_ORDER):
-        good = [t for t in by_variant[variant] if t.meta.get("correct")]
-        bad = [t for t in by_variant[variant] if not t.meta.get("correct")]
+        good = [t for t in by_variant[variant] if t.correct]
+        bad = [t for t in by_variant[variant] if not t.correct]
         queue = [t for pair in zip(good, bad, strict=False) for t in pair]
         queue += good[len(bad) :] + bad[len(good) :]
         queues.append(queue)
@@ -493,7 +493,7 @@ def _sample_facts(traj: Trajectory) -> list[str]:
     meta = traj.meta
     facts = [
         f"gold: {meta.get('gold', '-')}",
-        f"predicted: {meta.get('predicted', '-')}",
+        f"predicted: {traj.score.predicted if traj.score is not None else '-'}",
         f"finish: {traj.finish_reason}",
         f"model tokens: {traj.num_model_tokens}",
         f"tool tokens: {traj.num_tool_tokens}",

@@ -14,7 +14,7 @@ the id and mask on hover). Without a tokenizer, or when the pieces would not rep
 stored segment text exactly, a segment is shown as its stored text in one piece; the colours,
 the mask toggle and the filter work the same.
 
-Scope: this module reads and draws. It scores nothing (the verdict is `meta["correct"]` as
+Scope: this module reads and draws. It scores nothing (the verdict is `traj.score` as
 evaluation recorded it) and runs no model. `report.py` uses the same trajectory rendering.
 """
 
@@ -27,10 +27,11 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from tirl.protocol.score import Score
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory
 
 # Meta keys shown in their own row; every other key is listed under "meta".
-_KNOWN_META = ("question", "gold", "predicted", "correct", "reward", "variant", "phase")
+_KNOWN_META = ("question", "gold", "reward", "variant", "phase")
 # Tool-call statuses that are not a failure of the code (see tirl.sandbox.Status).
 _NOT_ERRORS = ("ok", "skipped")
 FILTERS = (("all", "all"), ("correct", "correct"), ("wrong", "wrong"), ("errors", "tool errors"))
@@ -82,8 +83,10 @@ def _trajectory_of(record: dict) -> Trajectory:
     if "trajectory" not in record:
         return Trajectory.from_dict(record)
     traj = Trajectory.from_dict(record["trajectory"])
-    verdict = ("benchmark", "item_id", "sample", "gold", "predicted", "correct", "reward", "reason")
-    traj.meta.update({k: record[k] for k in verdict if k in record})
+    if "correct" in record and traj.score is None:
+        traj.score = Score.from_dict({"reward": float(bool(record["correct"])), **record})
+    shown = ("benchmark", "item_id", "sample", "gold", "reward")
+    traj.meta.update({k: record[k] for k in shown if k in record})
     return traj
 
 
@@ -160,8 +163,9 @@ def token_pieces(
 
 def verdict(traj: Trajectory) -> str:
     """The verdict: "correct", "wrong", or "unscored" when evaluation recorded no correctness."""
-    correct = traj.meta.get("correct")
-    return "correct" if correct else ("wrong" if correct is not None else "unscored")
+    if traj.score is None:
+        return "unscored"
+    return "correct" if traj.score.correct else "wrong"
 
 
 def has_tool_errors(traj: Trajectory) -> bool:
@@ -230,7 +234,7 @@ def trajectory_html(index: int, traj: Trajectory, tokenizer=None) -> str:
     rows = [
         ("question", str(meta.get("question", "")).strip() or "(no question recorded)"),
         ("gold", _fmt(meta.get("gold"))),
-        ("predicted", _fmt(meta.get("predicted"))),
+        ("predicted", _fmt(None if traj.score is None else traj.score.predicted)),
     ]
     facts = [
         f"reward {_fmt(meta.get('reward'))}",
@@ -240,7 +244,10 @@ def trajectory_html(index: int, traj: Trajectory, tokenizer=None) -> str:
         f"tool {traj.num_tool_tokens} tok",
         f"trained on {sum(traj.loss_mask)} of {len(traj.ids)}",
     ]
-    extra = {k: meta[k] for k in meta if k not in _KNOWN_META}
+    extra = {} if traj.task_id is None else {"task_id": traj.task_id}
+    if traj.score is not None:
+        extra.update(reason=traj.score.reason, task_reward=traj.score.reward)
+    extra.update({k: meta[k] for k in meta if k not in _KNOWN_META})
     if extra:
         rows.append(("meta", json.dumps(extra, default=str, ensure_ascii=False)))
     return "\n".join(

@@ -11,6 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tirl.protocol.score import Score
+
+# The meta keys a scored trajectory carried before `task_id` and `score` were fields; files
+# written then are still read (`Trajectory.from_dict` moves them into the fields).
+LEGACY_SCORE_KEYS = ("task_id", "predicted", "correct", "reason", "task_reward")
+
 
 class SegmentKind(str, Enum):
     PROMPT = "prompt"
@@ -61,13 +67,23 @@ class Trajectory:
     """One rollout: an ordered list of segments plus what happened along the way.
 
     `finish_reason` is "stop" (the model emitted end-of-sequence), "length" (the model-token
-    budget ran out) or "error".
+    budget ran out) or "error". `task_id` is the id of the task it answers and `score` what that
+    task's scorer said of it; both are set by `tirl.tasks.scoring.score_trajectory` (a failed
+    trajectory gets its `task_id` and no score). `meta` holds the rest, free-form (the seed,
+    the RL reward, the question and gold answer shown by reports, errors).
     """
 
     segments: list[Segment] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str = "stop"
     meta: dict = field(default_factory=dict)
+    task_id: str | None = None
+    score: Score | None = None
+
+    @property
+    def correct(self) -> bool:
+        """Whether its score says correct (False when it was never scored)."""
+        return self.score is not None and self.score.correct
 
     @property
     def ids(self) -> list[int]:
@@ -109,7 +125,8 @@ class Trajectory:
         return sum(len(s.ids) for s in self.segments if s.kind is SegmentKind.TOOL)
 
     def to_dict(self) -> dict:
-        return {
+        """JSON-safe; `task_id` and `score` only when set."""
+        d = {
             "segments": [
                 {"kind": s.kind.value, "ids": s.ids, "text": s.text, "logprobs": s.logprobs}
                 for s in self.segments
@@ -118,9 +135,31 @@ class Trajectory:
             "finish_reason": self.finish_reason,
             "meta": self.meta,
         }
+        if self.task_id is not None:
+            d["task_id"] = self.task_id
+        if self.score is not None:
+            d["score"] = self.score.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Trajectory:
+        """What `to_dict` wrote; also a dict written when the score was meta keys
+        (`LEGACY_SCORE_KEYS`), whose score and task id then move out of meta into the fields."""
+        meta = dict(d.get("meta", {}))
+        task_id, score = d.get("task_id"), d.get("score")
+        if task_id is None and "score" not in d and "correct" in meta:  # written before fields
+            task_id = meta.get("task_id")
+            correct = bool(meta["correct"])
+            score = {
+                "reward": meta.get("task_reward", float(correct)),
+                "correct": correct,
+                "reason": meta.get("reason", ""),
+                "predicted": meta.get("predicted"),
+            }
+            for key in LEGACY_SCORE_KEYS:
+                meta.pop(key, None)
+        elif task_id is None and "score" not in d and "task_id" in meta:  # a failed one
+            task_id = meta.pop("task_id")
         return cls(
             segments=[
                 Segment(
@@ -130,5 +169,7 @@ class Trajectory:
             ],
             tool_calls=[ToolCall(**c) for c in d.get("tool_calls", [])],
             finish_reason=d.get("finish_reason", "stop"),
-            meta=dict(d.get("meta", {})),
+            meta=meta,
+            task_id=None if task_id is None else str(task_id),
+            score=None if score is None else Score.from_dict(score),
         )

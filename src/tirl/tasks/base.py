@@ -21,18 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from tirl.protocol.score import Score  # the type a Trajectory carries; re-exported here
+
+__all__ = ["SPLITS", "Code", "DemoPart", "Score", "Scorer", "Task", "TaskSource", "Think"]
+
 SPLITS = ("train", "test")
-
-
-@dataclass(frozen=True)
-class Score:
-    """What a scorer says of one answer: `reward` in [0, 1], `correct`, the `reason`, and the
-    answer it read (`predicted`, None when none was found)."""
-
-    reward: float
-    correct: bool
-    reason: str = ""
-    predicted: str | None = None
 
 
 Scorer = Callable[[str], Score]  # the model's prose (see the module doc) -> Score

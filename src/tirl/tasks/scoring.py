@@ -3,8 +3,9 @@
 The scorer reads the model's prose only (`tirl.rewards.answer.prose_text`: the model's text
 without interpreter output, architecture.md invariant 3, and without the inside of its own code
 blocks: `print("\\boxed{42}")` is a program that prints a box, not an answer). What it said is
-kept in the trajectory's meta, under the keys the trainer, the evaluation metrics, the report
-and the viewer read.
+kept on the trajectory as typed fields, `traj.task_id` and `traj.score`, which the trainer, the
+evaluation metrics (the task road and `tirl eval --benchmark` alike), the report and the viewer
+read. This is the one scorer of trajectories: there is no other road.
 """
 
 from __future__ import annotations
@@ -15,16 +16,12 @@ from tirl.tasks.base import Score, Task
 
 
 def score_trajectory(traj: Trajectory, task: Task) -> Score:
-    """Score `traj` with `task`'s scorer and record it in `traj.meta`: task_id, question,
-    gold, predicted, correct, reason and task_reward (the scorer's reward in [0, 1])."""
-    score = task.score(prose_text(traj))
-    traj.meta.update(
-        task_id=task.id,
-        question=task.problem,
-        gold=task.answer,
-        predicted=score.predicted,
-        correct=bool(score.correct),
-        reason=score.reason,
-        task_reward=float(score.reward),
-    )
+    """Score `traj` with `task`'s scorer and record it on `traj`: `task_id`, `score` (reward as
+    a float in [0, 1], correct as a bool), and, for reports and the viewer, `meta["question"]`
+    and `meta["gold"]` (the task's problem and reference answer)."""
+    said = task.score(prose_text(traj))
+    score = Score(float(said.reward), bool(said.correct), said.reason, said.predicted)
+    traj.task_id = task.id
+    traj.score = score
+    traj.meta.update(question=task.problem, gold=task.answer)
     return score

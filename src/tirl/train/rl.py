@@ -124,9 +124,11 @@ def configured_reward(cfg: RLConfig) -> Callable[[Trajectory], float]:
     trajectory: its correctness, its tool statistics and its task's own reward in [0, 1]
     (`task` pays that: partial credit where the task gives it)."""
     reward = make_reward(cfg.reward, **cfg.reward_kwargs())
-    return lambda t: reward(
-        bool(t.meta["correct"]), tool_stats(t), task_reward=t.meta.get("task_reward")
-    )
+    return lambda t: reward(t.correct, tool_stats(t), task_reward=_task_reward(t))
+
+
+def _task_reward(traj: Trajectory) -> float | None:
+    return None if traj.score is None else traj.score.reward
 
 
 def trajectory_seed(seed: int, task_index: int, sample: int) -> int:
@@ -202,8 +204,8 @@ class RLTrainer:
         written in `protocol` (a name: in `cfg.boundary` mode). `reward_fn(trajectory)`
         replaces the configured reward (`rl.reward`); it is called once per trajectory, when
         it finishes (failed ones excluded), and trajectories carry `meta["task"]` (the task's
-        index), `meta["seed"]`, the task's score (`meta["correct"]`, `meta["task_reward"]`,
-        `tirl.tasks.scoring`) and their real `finish_reason`."""
+        index), `meta["seed"]`, the task's `task_id` and `score` (`tirl.tasks.scoring`) and their
+        real `finish_reason`."""
         self.model = model
         self.rollout = rollout
         self.task_at = task_at
@@ -513,7 +515,7 @@ class RLTrainer:
         n = len(trajs)
         return {
             "train/reward_mean": float(rewards.mean()),
-            "train/accuracy": sum(bool(t.meta["correct"]) for t in trajs) / n,
+            "train/accuracy": sum(t.correct for t in trajs) / n,
             "train/truncation_rate": sum(is_truncated(t) for t in trajs) / n,
             "length/model_tokens_mean": sum(t.num_model_tokens for t in trajs) / n,
             "length/tool_tokens_mean": sum(t.num_tool_tokens for t in trajs) / n,

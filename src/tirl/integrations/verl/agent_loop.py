@@ -371,7 +371,7 @@ def cut_response(traj: Trajectory, max_response: int, decode: Callable) -> Traje
     if len(kept) == len(traj.segments) and all(a is b for a, b in zip(kept, traj.segments)):
         return traj
     meta = dict(traj.meta, response_cut=True)
-    return Trajectory(kept, list(traj.tool_calls), "length", meta)
+    return Trajectory(kept, list(traj.tool_calls), "length", meta, task_id=traj.task_id)
 
 
 def response_arrays(
@@ -397,7 +397,7 @@ def reward_extra_info(traj: Trajectory, budget: int, max_model_tokens: int) -> d
     validation metrics, so every sample has the same keys and no None)."""
     stats = tool_stats(traj)
     return {
-        "acc": float(bool(traj.meta.get("correct"))),
+        "acc": float(traj.correct),
         "tool_calls": float(stats["num_calls"]),
         "tool_ok": float(stats["num_ok"]),
         "tool_errors": float(stats["num_error"]),
@@ -477,7 +477,7 @@ class TirlAgentLoop(AgentLoopBase):
             tool_budget=limits.tool_budget(engine),
             temperature=float(sampling_params.get("temperature", 1.0)),
         )
-        traj = await rollout.run(prompt_ids, settings, {"task_id": task.id})
+        traj = await rollout.run(prompt_ids, settings)
         if traj.finish_reason in ERROR_FINISHES:
             raise RuntimeError(
                 f"tirl agent loop, task {task.id}: the trajectory ended with"

@@ -2,10 +2,12 @@
 
 `benchmark` is what `tirl eval --benchmark` takes: a name (math500, aime24, aime25, amc23,
 olymmath-easy, olymmath-hard, hmmt; its file looked up in `benchmark_dir`, default
-$TIRL_BENCHMARK_DIR), a .jsonl/.parquet file, `hf:<dataset>`, `races` (200 RACES test tasks
-built in-process, seed 0, the same as `tirl eval --benchmark races`) or a RACES tasks file
-written by `tirl envs build`. Every item is a test item, in file order, and the split cycles;
-asking for a train item is a ConfigError: a benchmark trains nothing.
+$TIRL_BENCHMARK_DIR), a .jsonl/.parquet file, `hf:<dataset>`, `races` (`races_n` RACES test
+tasks, default 200, built in-process, seed 0) or a RACES tasks file written by `tirl envs
+build`. `tirl eval --benchmark` gets its problems from this source, and scores them with
+`tirl.tasks.scoring.score_trajectory` as every evaluation does. Every item is a test item, in
+file order, and the split cycles; asking for a train item is a ConfigError: a benchmark trains
+nothing.
 
 Math items are scored like the `dataset` source (the last `\\boxed{}` against the gold answer,
 through the math verifier; `source.verifier` as there); RACES items like the `races` source (the
@@ -37,6 +39,9 @@ class BenchmarkSource:
     benchmark_dir: str | None = setting(
         None, doc="where benchmark names are looked up (default: $TIRL_BENCHMARK_DIR)"
     )
+    races_n: int = setting(
+        200, ">= 1", "for benchmark races: how many RACES test tasks to build (seed 0)"
+    )
     name: str = field(default="benchmark", init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -53,36 +58,43 @@ class BenchmarkSource:
 
     def _load(self) -> list[Task]:
         if self._tasks is None:
-            from tirl.tasks.benchmark_files import (
-                is_benchmark_name,
-                load_benchmark,
-                load_races,
-                races_task,
-            )
-
             try:
-                if self.benchmark == "races":
-                    items = load_races()
-                elif is_benchmark_name(self.benchmark):
-                    items = load_benchmark(self.benchmark, self.benchmark_dir)
-                else:
-                    if self.benchmark_dir is not None:
-                        raise ValueError(
-                            "benchmark_dir is for benchmark names; this one is read as a file"
-                        )
-                    items = load_benchmark(self.benchmark)
+                self._tasks = self.load_tasks()
             except (ValueError, ImportError) as e:
                 raise ConfigError(f"benchmark: {e}", "benchmark") from None
-            label = items[0].meta.get("benchmark", self.benchmark)
-            tasks = []
-            for item in items:
-                task_id = f"benchmark/{label}/{item.id}"
-                if "task" in item.meta:
-                    tasks.append(operator_task(races_task(item), task_id, "test", self.name))
-                else:
-                    tasks.append(self._math_task(item, task_id))
-            self._tasks = tasks
         return self._tasks
+
+    def load_tasks(self) -> list[Task]:
+        """Every task of the benchmark, in file order (ValueError or ImportError, as the
+        loaders of `tirl.tasks.benchmark_files` raise them, when it cannot be read). Each task
+        keeps the benchmark's own item id in `meta["item_id"]` and its category (the subject,
+        or the RACES operator) in `meta["category"]`."""
+        from tirl.tasks.benchmark_files import (
+            is_benchmark_name,
+            load_benchmark,
+            load_races,
+            races_task,
+        )
+
+        if self.benchmark == "races":
+            items = load_races(self.races_n)
+        elif is_benchmark_name(self.benchmark):
+            items = load_benchmark(self.benchmark, self.benchmark_dir)
+        else:
+            if self.benchmark_dir is not None:
+                raise ValueError("benchmark_dir is for benchmark names; this one is read as a file")
+            items = load_benchmark(self.benchmark)
+        label = items[0].meta.get("benchmark", self.benchmark) if items else self.benchmark
+        tasks = []
+        for item in items:
+            task_id = f"benchmark/{label}/{item.id}"
+            if "task" in item.meta:
+                task = operator_task(races_task(item), task_id, "test", self.name)
+                task.meta.update(item_id=item.id, category=item.category)
+                tasks.append(task)
+            else:
+                tasks.append(self._math_task(item, task_id))
+        return tasks
 
     def _math_task(self, item: Any, task_id: str) -> Task:
         gold = item.answer
@@ -94,7 +106,7 @@ class BenchmarkSource:
             answer=gold,
             scorer=lambda text: score_math(gold, text, self.verifier),
             source=self.name,
-            meta={**meta, "scoring": "math", "category": item.category},
+            meta={**meta, "scoring": "math", "category": item.category, "item_id": item.id},
         )
 
     def _check_split(self, split: str) -> None:
