@@ -575,19 +575,23 @@ def _golden_chain(case: str, t: Chain) -> dict:
 
 
 def golden_rows() -> Iterator[dict]:
-    """Tasks and searched chains over the library for a spread of configurations: the default
-    build, the test split, sizes 1-6 at level 2 with two inputs per composite and another
-    mixture, a small registry searched until it is exhausted, and plain searches with sizes
-    2-5, a tight frontier, given start environments, one constant probe and short renders."""
-    import tirl.envs.library  # noqa: F401
-    from tirl.envs.core import REGISTRY
+    """Tasks and searched chains over the frozen environments (`tests/races_frozen.py`: the
+    library as recorded, so an environment added to it changes no row) for a spread of
+    configurations: the default build, the test split, sizes 1-6 at level 2 with two inputs per
+    composite and another mixture, a small registry searched until it is exhausted, and plain
+    searches with sizes 2-5, a tight frontier, given start environments, one constant probe and
+    short renders."""
+    from races_frozen import frozen_registry
+
     from tirl.envs.dataset import BuildConfig, build_tasks
 
+    library = frozen_registry()  # the library the file was recorded on
+
     builds = {
-        "build-default": (REGISTRY, BuildConfig(n=120, seed=0)),
-        "build-test-split": (REGISTRY, BuildConfig(n=40, seed=1, split="test")),
+        "build-default": (library, BuildConfig(n=120, seed=0)),
+        "build-test-split": (library, BuildConfig(n=40, seed=1, split="test")),
         "build-wide": (
-            REGISTRY,
+            library,
             BuildConfig(
                 n=40,
                 seed=2,
@@ -599,14 +603,14 @@ def golden_rows() -> Iterator[dict]:
             ),
         ),
         "build-exhausted": (
-            REGISTRY.subset(_BITS[:4]),
+            library.subset(_BITS[:4]),
             BuildConfig(n=10_000, seed=3, min_size=2, max_size=3, inputs_per_composite=2),
         ),
     }
     for case, (registry, config) in builds.items():
         for task in build_tasks(registry, config):
             yield _golden_task(case, task)
-    starts = [REGISTRY.get(n) for n in (*_BITS[:3], "lists.sort_ascending")]
+    starts = [library.get(n) for n in (*_BITS[:3], "lists.sort_ascending")]
     searches = {
         "search-bench": ({"seed": 3}, SearchConfig(min_size=2, max_size=5), 60),
         "search-capped": (
@@ -626,7 +630,7 @@ def golden_rows() -> Iterator[dict]:
         ),
     }
     for case, (kwargs, config, n) in searches.items():
-        for t in itertools.islice(search(REGISTRY, config=config, **kwargs), n):
+        for t in itertools.islice(search(library, config=config, **kwargs), n):
             yield _golden_chain(case, t)
 
 
@@ -640,11 +644,49 @@ def test_search_and_tasks_are_identical_to_the_recorded_ones():
     and say so (the search before issue 30, which this file held until then, gave other tasks
     of the same distribution: tests/test_envs_races_distribution.py). 476 rows: 296 tasks
     (prompt as its sha256) and 180 searched chains (rendered states)."""
+    assert_golden_rows()
+
+
+def assert_golden_rows() -> None:
     want = [json.loads(line) for line in GOLDEN.read_text().splitlines()]
     got = [json.loads(json.dumps(row, ensure_ascii=False)) for row in golden_rows()]
     for i, (a, b) in enumerate(zip(got, want)):
         assert a == b, f"row {i} ({b['case']}) differs from the recorded one"
     assert len(got) == len(want)
+
+
+def test_an_environment_added_to_the_library_changes_no_recorded_row(monkeypatch):
+    """Growth: a library with one more environment, registered first (before every recorded
+    one, the place that would move the most) through the same `atomic` decorator a library
+    module uses, gives the recorded rows unchanged, because the recorded tests build over the
+    frozen set; over the whole grown library the same build does change (the new environment
+    is drawn), so this is not vacuous. The real registry is left as it was."""
+    from races_frozen import frozen_registry
+
+    import tirl.envs.library  # noqa: F401
+    from tirl.envs import core
+    from tirl.envs.dataset import BuildConfig, build_tasks
+
+    library = list(core.REGISTRY)
+    grown = Registry()
+    monkeypatch.setattr(core, "REGISTRY", grown)  # what a library module registers into
+
+    @atomic("numbers", Int(0, 10**12), Int(0, 13), "Count the odd decimal digits of the input.")
+    def growth_test_odd_digits(n):  # a name no library module will take
+        return sum(int(c) % 2 for c in str(n))
+
+    for env in library:
+        grown.add(env)
+    assert (
+        len(grown) == len(library) + 1 and "numbers.growth_test_odd_digits" not in frozen_registry()
+    )
+
+    config = BuildConfig(n=150, seed=0)  # the new environment is first drawn at task 121
+    before = [t.to_dict() for t in build_tasks(grown.subset(e.name for e in library), config)]
+    after = [t.to_dict() for t in build_tasks(grown, config)]
+    assert before != after, "the added environment should change a build over the whole library"
+    assert any("numbers.growth_test_odd_digits" in (*t["envs"], *t["candidates"]) for t in after)
+    assert_golden_rows()
 
 
 if __name__ == "__main__":  # record the golden file (see the test above)
