@@ -3,7 +3,8 @@
 sideways between the pipelines (`train`, `eval`, `synth`), never up, and never into
 `tirl.cli`. Imports of any depth form no cycle, neither between modules (two modules of one
 package included) nor between packages. An import under `if TYPE_CHECKING:` is left out of the
-cycle checks: it never runs, it only names a type for the annotations.
+module cycle check (it never runs: it only names a type for the annotations, as `SlotRows`
+names the fused pass it is handed); the layer and package checks still count it.
 
 A registry's `builtins` (`tirl.registry.Registry`: a module name, imported by
 `importlib.import_module` on the registry's first read) is not an import edge here: the
