@@ -55,10 +55,10 @@ def main(spec: dict) -> None:
         return
 
     from tirl.protocol.segments import Segment, SegmentKind, Trajectory
+    from tirl.rewards.reward import configured_reward
     from tirl.tasks import Mixture
     from tirl.tasks.scoring import score_trajectory
     from tirl.train.config import RLConfig
-    from tirl.train.rl import configured_reward
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
@@ -71,7 +71,8 @@ def main(spec: dict) -> None:
         {"prompt": [spec["template"].format(problem=t.problem) for t in tasks],
          "task_index": list(range(n_tasks))}
     )  # fmt: skip
-    reward_of = configured_reward(RLConfig(**spec["reward_config"]))
+    reward_config = RLConfig(**spec["reward_config"])
+    reward_of = configured_reward(reward_config.reward, reward_config.reward_kwargs())
 
     def tirl_reward(prompts, completions, completion_ids, task_index, **_) -> list[float]:
         """tirl's reward of each completion, scored by its own task as tirl scores it."""

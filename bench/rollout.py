@@ -438,10 +438,11 @@ def _pass_costs(model, past: int = 128, chunk: int = 25) -> str:
 
 
 def _slot_costs(model, n: int, past: int, chunk: int, fused: bool) -> tuple[float, float]:
+    from tirl.backends.fused import FusedSlotForward
     from tirl.backends.kv_slots import SlotRows
 
     keys, prompt, tool, decode = list(range(n)), [[7] * past] * n, [[5] * chunk], [[1]] * n
-    slots = SlotRows(model, n + 1, 4096, fused=fused)
+    slots = SlotRows(model, n + 1, 4096, fused=FusedSlotForward(model) if fused else None)
     slots.arrange(keys, [0] * n, {})
     slots.forward(keys, prompt, [0] * n)
     lengths = [past] * n
@@ -500,10 +501,11 @@ def _op_split(model, rows: int, fused: bool, past: int = 128, passes: int = 20) 
     """Share of a slot decode pass's wall time per op category, and outside ops (Python)."""
     from torch.profiler import ProfilerActivity, profile
 
+    from tirl.backends.fused import FusedSlotForward
     from tirl.backends.kv_slots import SlotRows
 
     keys = list(range(rows))
-    slots = SlotRows(model, rows, 4096, fused=fused)
+    slots = SlotRows(model, rows, 4096, fused=FusedSlotForward(model) if fused else None)
     slots.arrange(keys, [0] * rows, {})
     slots.forward(keys, [[7] * past] * rows, [0] * rows)
     with profile(activities=[ProfilerActivity.CPU]) as prof:

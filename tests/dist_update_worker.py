@@ -28,13 +28,13 @@ from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.config import RLConfig
 from tirl.train.distributed import (
     DistContext,
-    computes_in_bf16,
     fsdp_policy,
     init_from_env,
     leave_process_group,
     shard_model,
 )
 from tirl.train.rl import RLTrainer
+from tirl.train.update import computes_in_bf16
 
 ARITHMETIC = ArithmeticSource()  # the arithmetic items as tirl.tasks.Task
 

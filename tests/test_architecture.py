@@ -1,8 +1,17 @@
 """The import direction of docs/architecture.md ("Layers"), checked on the source: every
 `import` in src/tirl (at any level, inside functions too) goes down the layer table, never
 sideways between the pipelines (`train`, `eval`, `synth`), never up, and never into
-`tirl.cli`. Module-level imports form no cycle between modules, and imports of any level form
-no cycle between packages.
+`tirl.cli`. Imports of any depth form no cycle, neither between modules (two modules of one
+package included) nor between packages. An import under `if TYPE_CHECKING:` is left out of the
+module cycle check (it never runs: it only names a type for the annotations, as `SlotRows`
+names the fused pass it is handed); the layer and package checks still count it.
+
+A registry's `builtins` (`tirl.registry.Registry`: a module name, imported by
+`importlib.import_module` on the registry's first read) is not an import edge here: the
+registry module names where its built-in entries live and does not depend on them, while the
+entries' modules import the registry to register (the dependency runs one way, entry ->
+registry); the string is read only after the registry's module has finished importing, so it
+can never meet a half-imported module. It is the same inversion as a plugin's entry point.
 
 The check reads the files with `ast`; nothing is imported, so a violation is reported even in a
 module that cannot be imported on this machine, as `file:line: a -> b (not allowed: ...)`.
@@ -108,6 +117,7 @@ class Import:
     target: str  # the module imported (a submodule when `from pkg import submodule`)
     line: int
     top_level: bool  # runs when the module is imported (not in a function or TYPE_CHECKING)
+    type_checking: bool = False  # under `if TYPE_CHECKING:`: never runs
 
     def where(self) -> str:
         return f"{MODULES[self.source].relative_to(SRC.parent)}:{self.line}"
@@ -135,25 +145,31 @@ def imports_of(source: str, text: str | None = None) -> list[Import]:
     tree = ast.parse(MODULES[source].read_text(encoding="utf-8") if text is None else text)
     found: list[Import] = []
 
-    def visit(node: ast.AST, top: bool) -> None:
+    def visit(node: ast.AST, top: bool, typing: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            child_top = top
+            child_top, child_typing = top, typing
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 child_top = False
             elif isinstance(child, ast.If) and _is_type_checking(child):
-                child_top = False
+                child_top, child_typing = False, True
             if isinstance(child, ast.Import):
                 for alias in child.names:
-                    found.append(Import(source, alias.name, child.lineno, top))
+                    found.append(Import(source, alias.name, child.lineno, top, typing))
             elif isinstance(child, ast.ImportFrom):
                 module = _resolve(source, child)
                 for alias in child.names:
                     sub = f"{module}.{alias.name}"
                     target = sub if sub in MODULES else module
-                    found.append(Import(source, target, child.lineno, top))
-            visit(child, child_top)
+                    found.append(Import(source, target, child.lineno, top, typing))
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for branch in child.orelse:  # the `else:` of TYPE_CHECKING runs
+                    visit(ast.Module(body=[branch], type_ignores=[]), top, typing)
+                for branch in child.body:
+                    visit(ast.Module(body=[branch], type_ignores=[]), child_top, child_typing)
+                continue
+            visit(child, child_top, child_typing)
 
-    visit(tree, True)
+    visit(tree, True, False)
     return [i for i in found if i.target == "tirl" or i.target.startswith("tirl.")]
 
 
@@ -261,15 +277,82 @@ def _cycle_report(graph: dict[str, set[str]], edges: dict[tuple[str, str], list[
     return "\n".join(lines)
 
 
-def test_no_import_cycle_between_modules_at_import_time():
+def _a_cycle(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """A shortest cycle through the first node of a strongly connected component, as the path
+    [a, b, ..., a] (breadth-first inside the component)."""
+    members, start = set(component), component[0]
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph.get(v, ())):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if w in members and w not in came_from:
+                    came_from[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"{component} is not a strongly connected component")
+
+
+def module_cycles(imports: list[Import]) -> str:
+    """The module import cycles among `imports` (TYPE_CHECKING ones left out, every other depth
+    counted), one block per cycle: the path, then `file:line: a -> b (import-time | in a
+    function)` for each edge on it. Empty when there is none."""
     graph: dict[str, set[str]] = {}
     edges: dict[tuple[str, str], list[str]] = {}
-    for imp in ALL_IMPORTS:
-        if imp.top_level and imp.target != imp.source and imp.target in MODULES:
-            graph.setdefault(imp.source, set()).add(imp.target)
-            edges.setdefault((imp.source, imp.target), []).append(imp.where())
-    report = _cycle_report(graph, edges)
-    assert not report, report
+    for imp in imports:
+        if imp.type_checking or imp.target == imp.source or imp.target not in MODULES:
+            continue
+        graph.setdefault(imp.source, set()).add(imp.target)
+        when = "import-time" if imp.top_level else "in a function"
+        edges.setdefault((imp.source, imp.target), []).append(f"{imp.where()} ({when})")
+    blocks = []
+    for component in _cycles(graph):
+        path = _a_cycle(graph, component)
+        lines = ["cycle: " + " -> ".join(path)]
+        for a, b in zip(path, path[1:]):
+            lines += [f"  {place}: {a} -> {b}" for place in edges[(a, b)]]
+        if len(component) > len(path) - 1:
+            lines.append("  (and more modules in the same knot: " + ", ".join(component) + ")")
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+def test_no_import_cycle_between_modules_at_any_depth():
+    """Two modules that import each other, even lazily inside a function, are one module cut in
+    two: what both need moves to the lower one (or to a third module below both). Two modules
+    of one package count the same as two of different packages."""
+    report = module_cycles(ALL_IMPORTS)
+    assert not report, (
+        "import cycles between modules (docs/architecture.md, Layers; move what both sides"
+        " need into the lower module instead of importing it lazily):\n" + report
+    )
+
+
+def test_the_cycle_check_names_each_edge_with_its_file_and_line():
+    """A lazy import back into a module that imports it at the top is a cycle, reported with
+    both places; the same import under TYPE_CHECKING is not."""
+    down = Import("tirl.train.distributed", "tirl.train.update", 10, True)
+    back = Import("tirl.train.update", "tirl.train.distributed", 20, False)
+    report = module_cycles([down, back])
+    assert report.splitlines() == [
+        "cycle: tirl.train.distributed -> tirl.train.update -> tirl.train.distributed",
+        "  src/tirl/train/distributed.py:10 (import-time): tirl.train.distributed -> tirl.train.update",
+        "  src/tirl/train/update.py:20 (in a function): tirl.train.update -> tirl.train.distributed",
+    ]
+    typing_only = Import("tirl.train.update", "tirl.train.distributed", 20, False, True)
+    assert module_cycles([down, typing_only]) == ""
+    assert _a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a", "b"}}, ["a", "b", "c"]) == [
+        "a",
+        "b",
+        "c",
+        "a",
+    ]
 
 
 def test_no_import_cycle_between_packages():
@@ -306,6 +389,8 @@ def test_the_checker_sees_imports_inside_functions_and_relative_ones():
         ("tirl.cli", 8, False),
         ("tirl.rollout.router", 10, True),
     ]
+    typing = [i.target for i in imports_of("tirl.synth.pipeline", text) if i.type_checking]
+    assert typing == ["tirl.train.config"]
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
 

@@ -419,11 +419,12 @@ def test_fused_pass_samples_the_ids_and_logprobs_of_the_model_modules(
 @pytest.mark.parametrize("fused", [True, False])
 def test_slot_rows_of_a_llama_match_full_forward_passes(fused):
     """Decode rows and a chunk in one pass, then decode only, on a Llama with GQA and biases."""
+    from tirl.backends.fused import FusedSlotForward
     from tirl.backends.kv_slots import SlotRows
 
     model = _llama()
     seqs = {"a": [5, 6, 7, 8, 9], "b": [10, 11], "c": [12, 13, 14]}
-    kv = SlotRows(model, max_rows=4, max_len=64, fused=fused)
+    kv = SlotRows(model, max_rows=4, max_len=64, fused=FusedSlotForward(model) if fused else None)
     assert (kv.fused is not None) is fused
     with torch.no_grad():
         kv.arrange(list(seqs), [0, 0, 0], {})

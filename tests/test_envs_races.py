@@ -575,19 +575,23 @@ def _golden_chain(case: str, t: Chain) -> dict:
 
 
 def golden_rows() -> Iterator[dict]:
-    """Tasks and searched chains over the library for a spread of configurations: the default
-    build, the test split, sizes 1-6 at level 2 with two inputs per composite and another
-    mixture, a small registry searched until it is exhausted, and plain searches with sizes
-    2-5, a tight frontier, given start environments, one constant probe and short renders."""
-    import tirl.envs.library  # noqa: F401
-    from tirl.envs.core import REGISTRY
+    """Tasks and searched chains over the frozen environments (`tests/races_frozen.py`: the
+    library as recorded, so an environment added to it changes no row) for a spread of
+    configurations: the default build, the test split, sizes 1-6 at level 2 with two inputs per
+    composite and another mixture, a small registry searched until it is exhausted, and plain
+    searches with sizes 2-5, a tight frontier, given start environments, one constant probe and
+    short renders."""
+    from races_frozen import frozen_registry
+
     from tirl.envs.dataset import BuildConfig, build_tasks
 
+    library = frozen_registry()  # the library the file was recorded on
+
     builds = {
-        "build-default": (REGISTRY, BuildConfig(n=120, seed=0)),
-        "build-test-split": (REGISTRY, BuildConfig(n=40, seed=1, split="test")),
+        "build-default": (library, BuildConfig(n=120, seed=0)),
+        "build-test-split": (library, BuildConfig(n=40, seed=1, split="test")),
         "build-wide": (
-            REGISTRY,
+            library,
             BuildConfig(
                 n=40,
                 seed=2,
@@ -599,14 +603,14 @@ def golden_rows() -> Iterator[dict]:
             ),
         ),
         "build-exhausted": (
-            REGISTRY.subset(_BITS[:4]),
+            library.subset(_BITS[:4]),
             BuildConfig(n=10_000, seed=3, min_size=2, max_size=3, inputs_per_composite=2),
         ),
     }
     for case, (registry, config) in builds.items():
         for task in build_tasks(registry, config):
             yield _golden_task(case, task)
-    starts = [REGISTRY.get(n) for n in (*_BITS[:3], "lists.sort_ascending")]
+    starts = [library.get(n) for n in (*_BITS[:3], "lists.sort_ascending")]
     searches = {
         "search-bench": ({"seed": 3}, SearchConfig(min_size=2, max_size=5), 60),
         "search-capped": (
@@ -626,7 +630,7 @@ def golden_rows() -> Iterator[dict]:
         ),
     }
     for case, (kwargs, config, n) in searches.items():
-        for t in itertools.islice(search(REGISTRY, config=config, **kwargs), n):
+        for t in itertools.islice(search(library, config=config, **kwargs), n):
             yield _golden_chain(case, t)
 
 
@@ -640,6 +644,10 @@ def test_search_and_tasks_are_identical_to_the_recorded_ones():
     and say so (the search before issue 30, which this file held until then, gave other tasks
     of the same distribution: tests/test_envs_races_distribution.py). 476 rows: 296 tasks
     (prompt as its sha256) and 180 searched chains (rendered states)."""
+    assert_golden_rows()
+
+
+def assert_golden_rows() -> None:
     want = [json.loads(line) for line in GOLDEN.read_text().splitlines()]
     got = [json.loads(json.dumps(row, ensure_ascii=False)) for row in golden_rows()]
     for i, (a, b) in enumerate(zip(got, want)):
@@ -647,7 +655,7 @@ def test_search_and_tasks_are_identical_to_the_recorded_ones():
     assert len(got) == len(want)
 
 
-if __name__ == "__main__":  # record the golden file (see the test above)
+if __name__ == "__main__":  # record the golden file (see test_search_and_tasks_are_identical_...)
     import sys
 
     if sys.argv[1:2] != ["--record"] or len(sys.argv) != 3:

@@ -5,7 +5,9 @@ Issue 30 changed which tasks a seed gives (probe inputs from a fixed pool per fi
 candidate orders drawn per state, one lazy walk shared by every size), so the golden file can no
 longer hold the old output; this test holds the old generator's *shape* instead:
 `tests/data/races_old_distribution.json`, the statistics of `build_tasks(n=20000)` at commit
-370123e (the code before the change) for seeds 0, 1 and 2, recorded once with
+370123e (the code before the change) for seeds 0, 1 and 2, over the library of then (the frozen
+environments of `tests/data/races_frozen_envs.txt`, which this test builds over now, so a new
+environment in the library leaves it unchanged), recorded once with
 
     mkdir -p /tmp/plain30 && git archive 370123e src | tar -x -C /tmp/plain30
     PYTHONPATH=/tmp/plain30/src python tests/test_envs_races_distribution.py --record \\
@@ -77,19 +79,22 @@ def task_statistics(tasks: list, counts: Counter, registry: Any) -> dict[str, An
 
 
 def build_statistics(seed: int, n: int = N_TASKS) -> dict[str, Any]:
-    """Statistics of `build_tasks(n, seed)` over the library, with the default configuration."""
-    import tirl.envs.library  # noqa: F401
-    from tirl.envs import dataset
-    from tirl.envs.core import REGISTRY
+    """Statistics of `build_tasks(n, seed)` with the default configuration, over the frozen
+    environments (`tests/races_frozen.py`: the library the JSON was recorded on, which an
+    environment added since does not change)."""
+    from races_frozen import frozen_registry
 
+    from tirl.envs import dataset
+
+    library = frozen_registry()
     counts: Counter = Counter()
     config = dataset.BuildConfig(n=n, seed=seed)
     if "counts" in inspect.signature(dataset.build_tasks).parameters:
-        tasks = list(dataset.build_tasks(REGISTRY, config, counts=counts))
+        tasks = list(dataset.build_tasks(library, config, counts=counts))
     else:  # the search before issue 30
         with _instrument_old_search(counts):
-            tasks = list(dataset.build_tasks(REGISTRY, config))
-    return task_statistics(tasks, counts, REGISTRY)
+            tasks = list(dataset.build_tasks(library, config))
+    return task_statistics(tasks, counts, library)
 
 
 class _instrument_old_search:

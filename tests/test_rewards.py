@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from tirl.protocol.score import Score
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 from tirl.rewards.answer import (
     answer_from_trajectory,
@@ -11,7 +12,7 @@ from tirl.rewards.answer import (
     normalize_integer_answer,
     prose_text,
 )
-from tirl.rewards.reward import make_reward
+from tirl.rewards.reward import configured_reward, make_reward
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 
 M, T, P = SegmentKind.MODEL, SegmentKind.TOOL, SegmentKind.PROMPT
@@ -170,6 +171,22 @@ def test_void_turns_are_empty_outputs_and_repeats_of_the_previous_block():
     s = tool_stats(_traj((P, [1], "Q"), (M, [2], "code"), calls=calls))
     assert (s["num_calls"], s["num_void"]) == (4, 2)
     assert aggregate_tool_stats([s])["tools/void_mean"] == 2.0
+
+
+def test_the_configured_reward_reads_correctness_tool_calls_and_the_task_reward():
+    """`configured_reward(name, params)` (shared by the trainer and the verl plugin) scores a
+    trajectory from its typed score and its executed blocks: the composite bonus counts run blocks
+    only (a refused one is no call), and `task` pays the task scorer's own reward."""
+    calls = [ToolCall("1", "ok", "1\n"), ToolCall("2", "ok", "2\n"), ToolCall("3", "skipped", "")]
+    traj = _traj((P, [1], "Q"), (M, [2], "code"), calls=calls)
+    composite = configured_reward("composite", {"alpha": 0.1, "beta": 0.05, "r_max": 0.25})
+    traj.score = Score(correct=True, reward=1.0)
+    assert composite(traj) == pytest.approx(1.0 + 0.1 + 0.05 * 2)
+    traj.score = Score(correct=False, reward=0.0)
+    assert composite(traj) == 0.0
+    traj.score = Score(correct=False, reward=0.5)
+    assert configured_reward("task", {})(traj) == 0.5
+    assert configured_reward("binary", {})(traj) == -1.0
 
 
 def test_tool_stats_without_calls():

@@ -2,10 +2,13 @@
 
 The template (reasoning-gym style, STYLE.md): an item is deterministic, the two splits share no
 problem, ids are unique within a split, the reference answer (or the demonstration) scores 1
-and a wrong answer 0. A registered source without a case here fails `test_every_registered_
-source_has_a_case`. Math answers go through the real verifier (one worker, shared by the
-module); benchmark cases read the public files in shared/data/benchmarks beside the repository
-and skip when they are absent.
+and a wrong answer 0, and a serialized task scores as the original. Every registered source
+runs through it: one whose defaults make a working source (`{source: NAME}`) gets its case
+here by itself; one that needs keys (a file, a dataset name) has an entry in `CASES` giving
+them, and without one `test_every_registered_source_has_a_case` names it and what to add.
+Math answers go through the real verifier (one worker, shared by the module); benchmark cases
+read the public files in shared/data/benchmarks beside the repository and skip when they are
+absent.
 """
 
 from __future__ import annotations
@@ -82,9 +85,11 @@ def races_file(tmp_path_factory) -> Path:
     return path
 
 
-# One case per source (and per input form); each builds the config entry of its source.
-CASES = {
-    "arithmetic": lambda files: {"source": "arithmetic"},
+# Cases whose config entry sets keys: a source that needs some (a file, a dataset name), one
+# whose defaults are slow here (long RACES chains), and other input forms of a source. Case
+# name ("<source>" or "<source>-<form>") -> the config entry, from the fixture files. A source
+# not named here runs from its defaults (`DEFAULT_CASES` below).
+KEYED_CASES = {
     "races": lambda files: {"source": "races", **SMALL_RACES},
     "races-file": lambda files: {"source": "races", "path": str(files["races"])},
     "dataset": lambda files: {"source": "dataset", "path": str(files["math"]), "test_share": 0.3},
@@ -96,6 +101,23 @@ CASES = {
     "benchmark-races-file": lambda files: {"source": "benchmark", "benchmark": str(files["races"])},
     "reasoning_gym": lambda files: {"source": "reasoning_gym", "dataset": "leg_counting"},
 }
+
+# Sources whose package clashes with this environment's pins: their own suite runs them.
+SIDE_SUITE_SOURCES = {"verifiers": "tests/verifiers_side (the verifiers package, its own venv)"}
+
+
+def _default_entry(name: str):
+    return lambda files: {"source": name}
+
+
+# Every other registered source, from its defaults alone: a new source that needs no keys is
+# in the template without an edit here.
+DEFAULT_CASES = {
+    name: _default_entry(name)
+    for name in source_names()
+    if name not in SIDE_SUITE_SOURCES and not any(c.split("-")[0] == name for c in KEYED_CASES)
+}
+CASES = {**KEYED_CASES, **DEFAULT_CASES}
 
 
 @pytest.fixture
@@ -152,13 +174,22 @@ def wrong_text(task, other) -> str:
     return f"<answer>{first}</answer>"
 
 
-# Sources whose package clashes with this environment's pins: their own suite runs them.
-SIDE_SUITE_SOURCES = {"verifiers": "tests/verifiers_side (the verifiers package, its own venv)"}
-
-
 def test_every_registered_source_has_a_case():
-    cased = {make_case.split("-")[0] for make_case in CASES} | set(SIDE_SUITE_SOURCES)
-    assert cased == set(source_names())
+    """Each registered source is in the template: a named case, its own suite, or its defaults,
+    which must then make a source (else the message says what to add)."""
+    cased = {case.split("-")[0] for case in CASES} | set(SIDE_SUITE_SOURCES)
+    assert cased >= set(source_names()), sorted(set(source_names()) - cased)
+    unknown = cased - set(source_names())
+    assert not unknown, f"CASES name sources that are not registered: {sorted(unknown)}"
+    for name in DEFAULT_CASES:
+        try:
+            make_source({"source": name}, f"data.train[{name}]")
+        except ConfigError as e:
+            pytest.fail(
+                f"task source {name!r} cannot be made from its defaults ({e}): add an entry"
+                f" {name!r}: lambda files: {{'source': {name!r}, <the keys it needs>}} to"
+                " KEYED_CASES in tests/test_task_sources.py (docs/extending.md, 'A task source')"
+            )
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -495,12 +526,16 @@ def test_mixture_of_three_sources_keeps_exact_shares_and_restarts_anywhere(math_
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_serialized_task_scores_as_the_original(case, files, verifier):
-    from tirl.tasks.serialize import task_from_dict, task_to_dict
+    from tirl.tasks.serialize import SCORINGS, task_from_dict, task_to_dict
 
     source = built(case, files, verifier)
     for split in splits_of(source):
         tasks = [source.item(split, i) for i in range(3)]
         for task, other in zip(tasks, tasks[1:] + tasks[:1]):
+            if task.meta.get("scoring") not in SCORINGS:  # not for a process that did not build it
+                with pytest.raises(ValueError, match="cannot be serialized"):
+                    task_to_dict(task)
+                continue
             copy = task_from_dict(json.loads(json.dumps(task_to_dict(task))))
             assert copy == task and copy.meta == json.loads(json.dumps(task.meta))
             for text in (reference_text(source, task), wrong_text(task, other)):

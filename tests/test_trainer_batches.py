@@ -21,13 +21,14 @@ import torch
 from tirl.backends.hf import HFEngine
 from tirl.models.tiny import TinyModelSpec, build_model
 from tirl.protocol.segments import Trajectory
+from tirl.rollout.limits import is_truncated
 from tirl.rollout.runner import Rollout
 from tirl.sandbox import Sandbox
 from tirl.synth.arithmetic import text_only_texts, to_trajectory
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.config import RLConfig, RLStage, SFTConfig
 from tirl.train.metrics import MetricsLogger
-from tirl.train.rl import RLTrainer, is_truncated, plain_prompt
+from tirl.train.rl import RLTrainer, plain_prompt
 from tirl.train.sft import train_sft
 
 MAX_POSITIONS = 256  # the fixtures' context window

@@ -58,7 +58,7 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
 from tirl.backends.engine import GenOutput, StopFn, check_prompt_fits
-from tirl.backends.fused import fused_supports
+from tirl.backends.fused import FusedSlotForward, fused_supports
 from tirl.backends.kv_slots import SlotRows, supports
 from tirl.cpu import pace
 
@@ -176,8 +176,9 @@ class HFEngine:
             if fused and why is not None:
                 raise ValueError(f"fused=True, but no fused pass for this model: {why}")
             self.fused = why is None if fused is None else fused
+            fused_pass = FusedSlotForward(model) if self.fused else None
             self.kv = SlotRows(
-                model, max_batch, self.max_len, cache_arg, keeps_last_logits, fused=self.fused
+                model, max_batch, self.max_len, cache_arg, keeps_last_logits, fused=fused_pass
             )
         else:
             self.fused = False

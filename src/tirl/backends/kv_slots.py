@@ -37,6 +37,7 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,9 @@ from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+if TYPE_CHECKING:
+    from tirl.backends.fused import FusedSlotForward
 
 ATTENTION_NAME = "tirl_slots"
 PLAN_KWARG = "tirl_slot_plan"  # the forward pass's `_Plan`, passed down to `slot_attention`
@@ -330,7 +334,10 @@ class SlotRows:
 
     `arrange` (between steps) gives every sequence about to step a slot: it sets aside the
     tokens of those that left, packs the remaining ones into slots 0..n-1, and writes back the
-    tokens of those that rejoin. `forward` (the step) runs one pass over all of them.
+    tokens of those that rejoin. `forward` (the step) runs one pass over all of them: through
+    the model's own modules, or through `fused` (a `tirl.backends.fused.FusedSlotForward` of
+    the same model, which the caller makes: the fused pass is built on this store, not the
+    store on it) when it is given and usable.
     """
 
     def __init__(
@@ -340,7 +347,7 @@ class SlotRows:
         max_len: int,
         cache_arg: str = "cache",
         keeps_last_logits: bool = True,
-        fused: bool = False,
+        fused: FusedSlotForward | None = None,
     ) -> None:
         if not supports(model):
             impl = own_implementation(model.config)
@@ -357,11 +364,7 @@ class SlotRows:
         # What the bookkeeping copied, in rows: set aside, written back, moved to fill a hole.
         self.saves = self.loads = self.moves = 0
         self.forwards = 0
-        self.fused = None
-        if fused:
-            from tirl.backends.fused import FusedSlotForward
-
-            self.fused = FusedSlotForward(model)
+        self.fused = fused
 
     def arrange(self, keys: list, past: list[int], stored: dict) -> None:
         """Give each of `keys` (those about to step, with `past` tokens already stored each) a

@@ -8,7 +8,9 @@ downstream code (normalization, plots, dynamic sampling's "all correct / all wro
 not hard-code it.
 Rewards are registered by name (`@register_reward("binary")` on a class whose constructor
 takes the reward's parameters), so the trainer builds one from `rl.reward` and its
-parameters (`rl.reward_params`; for `composite`, `rl.composite_alpha/beta/max`).
+parameters (`rl.reward_params`; for `composite`, `rl.composite_alpha/beta/max`), and
+`configured_reward` makes it a function of a scored trajectory for the trainer and the verl
+plugin alike.
 
 - `binary`: CIR §3.1, +1 if correct else −1.
 - `zero_one`: 1 if correct else 0 (most math-RL setups).
@@ -24,10 +26,13 @@ parameters (`rl.reward_params`; for `composite`, `rl.composite_alpha/beta/max`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tirl.protocol.segments import Trajectory
 from tirl.registry import Registry
+from tirl.rewards.toolstats import tool_stats
 
 
 class Reward(Protocol):
@@ -140,3 +145,18 @@ def make_reward(name: str, **params: float) -> Reward:
         return cls(**params)
     except TypeError:
         raise ValueError(f"reward {name!r} takes no parameters {sorted(params)}") from None
+
+
+def configured_reward(name: str, params: Mapping[str, Any]) -> Callable[[Trajectory], float]:
+    """The reward called `name` with its parameters `params` (`rl.reward` and what the run's
+    config gives it: `tirl.train.config.RLConfig.reward_kwargs`), as a function of a scored
+    trajectory: its correctness (`traj.correct`), its tool statistics and its task's own
+    reward in [0, 1] (`traj.score.reward`; `task` pays that: partial credit where the task
+    gives it). Plain values in, so the trainer and the verl plugin share it without this
+    layer reading a training config."""
+    reward = make_reward(name, **params)
+    return lambda t: reward(t.correct, tool_stats(t), task_reward=_task_reward(t))
+
+
+def _task_reward(traj: Trajectory) -> float | None:
+    return None if traj.score is None else traj.score.reward

@@ -27,7 +27,7 @@ choice: its FSDP engine defaults to `param_dtype=bf16, reduce_dtype=fp32` (buffe
 for the trained actor (`verl/workers/config/engine.py`, `FSDPEngineConfig`). (With
 `model.dtype: bfloat16` the weights themselves are bfloat16: the policy then only reduces the
 gradients in float32, and the weights and Adam's moments stay bfloat16.) Under the policy
-the update does not add `torch.autocast` on top (`tirl.train.update`): see `computes_in_bf16`.
+the update does not add `torch.autocast` on top: see `tirl.train.update.computes_in_bf16`.
 The log-probabilities and the loss stay float32: `tirl.train.batch.token_logprobs` upcasts the
 (bfloat16) logits before `cross_entropy` / `log_softmax`. The policy works on CPU with gloo too
 (bf16 all-gather, fp32 reduce-scatter; tests/test_trainer.py runs it), but `RunConfig.validate`
@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 from tirl.train.config import RLConfig
-from tirl.train.update import Shard
+from tirl.train.update import Shard, mark_computes_in_bf16
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -118,11 +118,6 @@ def fsdp_policy(cfg: RLConfig) -> MixedPrecisionPolicy | None:
     return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 
 
-# Set on a root module sharded under a bfloat16 policy (read by `computes_in_bf16`): FSDP2 has
-# no public getter for a module's policy.
-_BF16_POLICY_MARK = "_tirl_fsdp_bf16_params"
-
-
 def shard_model(
     model: torch.nn.Module, mixed_precision: MixedPrecisionPolicy | None = None
 ) -> torch.nn.Module:
@@ -140,23 +135,8 @@ def shard_model(
     for block in blocks:
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
-    setattr(model, _BF16_POLICY_MARK, policy.param_dtype == torch.bfloat16)
+    mark_computes_in_bf16(model, policy.param_dtype == torch.bfloat16)
     return model
-
-
-def computes_in_bf16(model: torch.nn.Module) -> bool:
-    """Whether `shard_model` gave `model` a policy that computes in bfloat16.
-
-    Then `tirl.train.update` runs the forward without `torch.autocast`: autocast over bfloat16
-    parameters changes little for Hugging Face decoders (matmuls are bfloat16 either way; their
-    RMSNorm and rotary embeddings upcast to float32 by themselves), and leaving it out keeps the
-    update's forward the same computation as the no-autocast pass that scores the old
-    log-probabilities (`batch_logprobs`), so that the PPO ratio of an unchanged policy is 1 up
-    to kernel differences between batch shapes, not bfloat16-vs-autocast noise. (verl runs both
-    of its passes, log-probs and update, through one `FSDPEngineWithLMHead.forward_step` under
-    one autocast, so its two passes match too.)
-    """
-    return bool(getattr(model, _BF16_POLICY_MARK, False))
 
 
 def broadcast_weights(model: torch.nn.Module, src: int = 0) -> None:

@@ -77,8 +77,9 @@ from tirl.config import ConfigError
 from tirl.cpu import pace, sharing_cores
 from tirl.protocol import Protocol, get_protocol
 from tirl.protocol.segments import Trajectory
-from tirl.rewards.reward import make_reward
+from tirl.rewards.reward import configured_reward
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
+from tirl.rollout.limits import budget_at, is_truncated
 from tirl.rollout.partial import PartialRolloutPool
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.tasks.base import Task
@@ -86,7 +87,6 @@ from tirl.tasks.prompts import PLAIN_TEMPLATE
 from tirl.tasks.scoring import score_trajectory
 from tirl.train.batch import collate
 from tirl.train.config import RLConfig
-from tirl.train.curriculum import budget_at
 from tirl.train.distributed import DistContext, gather_in_order, grad_norm_value, sum_over_ranks
 from tirl.train.metrics import MetricsLogger
 from tirl.train.update import (
@@ -119,28 +119,15 @@ def _prompt(prompt: Sequence[int] | str) -> list[int] | str:
     return prompt if isinstance(prompt, str) else list(prompt)
 
 
-def configured_reward(cfg: RLConfig) -> Callable[[Trajectory], float]:
-    """The reward `rl.reward` names (`tirl.rewards.reward`), as a function of a scored
-    trajectory: its correctness, its tool statistics and its task's own reward in [0, 1]
-    (`task` pays that: partial credit where the task gives it)."""
-    reward = make_reward(cfg.reward, **cfg.reward_kwargs())
-    return lambda t: reward(t.correct, tool_stats(t), task_reward=_task_reward(t))
-
-
-def _task_reward(traj: Trajectory) -> float | None:
-    return None if traj.score is None else traj.score.reward
+def reward_from_config(cfg: RLConfig) -> Callable[[Trajectory], float]:
+    """The reward `rl.reward` names with the parameters the config gives it
+    (`tirl.rewards.reward.configured_reward`), as a function of a scored trajectory."""
+    return configured_reward(cfg.reward, cfg.reward_kwargs())
 
 
 def trajectory_seed(seed: int, task_index: int, sample: int) -> int:
     """The sampling seed of one trajectory: fixed by what it answers, not by when it runs."""
     return (seed * 1_000_003 + task_index) * 1_009 + sample
-
-
-def is_truncated(traj: Trajectory) -> bool:
-    """Cut by the model-token limit, the tool-call budget or the staleness bound (AgentMath's
-    truncation)."""
-    cut = traj.finish_reason in ("length", "stale")
-    return cut or any(c.status == "skipped" for c in traj.tool_calls)
 
 
 def uniform_groups(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
@@ -219,7 +206,7 @@ class RLTrainer:
         self.seed = seed
         self.dist = dist
         self.shard = dist.shard if dist is not None else Shard()
-        self.reward_fn = reward_fn or configured_reward(cfg)
+        self.reward_fn = reward_fn or reward_from_config(cfg)
         if isinstance(protocol, str):
             protocol = get_protocol(protocol, cfg.boundary)
         self.protocol = protocol

@@ -108,13 +108,37 @@ def batch_logprobs(
     return out
 
 
+# Set on a root module sharded under a bfloat16 policy (by `mark_computes_in_bf16`, read by
+# `computes_in_bf16`): FSDP2 has no public getter for a module's policy.
+_BF16_POLICY_MARK = "_tirl_fsdp_bf16_params"
+
+
+def mark_computes_in_bf16(model: torch.nn.Module, bf16: bool) -> None:
+    """Record on `model` whether its FSDP policy computes in bfloat16 (`shard_model` calls it)."""
+    setattr(model, _BF16_POLICY_MARK, bf16)
+
+
+def computes_in_bf16(model: torch.nn.Module) -> bool:
+    """Whether `tirl.train.distributed.shard_model` gave `model` a policy that computes in
+    bfloat16 (`mark_computes_in_bf16`).
+
+    Then the update runs the forward without `torch.autocast`: autocast over bfloat16
+    parameters changes little for Hugging Face decoders (matmuls are bfloat16 either way; their
+    RMSNorm and rotary embeddings upcast to float32 by themselves), and leaving it out keeps the
+    update's forward the same computation as the no-autocast pass that scores the old
+    log-probabilities (`batch_logprobs`), so that the PPO ratio of an unchanged policy is 1 up
+    to kernel differences between batch shapes, not bfloat16-vs-autocast noise. (verl runs both
+    of its passes, log-probs and update, through one `FSDPEngineWithLMHead.forward_step` under
+    one autocast, so its two passes match too.)
+    """
+    return bool(getattr(model, _BF16_POLICY_MARK, False))
+
+
 def update_autocast(cfg: RLConfig, model: torch.nn.Module, device: torch.device):
     """bfloat16 autocast for `rl.bf16` on a GPU, unless FSDP's mixed-precision policy already
-    runs the model in bfloat16 (`tirl.train.distributed.computes_in_bf16` says why). The
-    passes that score old and reference log-probs run under it too, so that the PPO ratio of
-    an unchanged policy is 1, not bfloat16-vs-float32 noise."""
-    from tirl.train.distributed import computes_in_bf16  # distributed imports this module
-
+    runs the model in bfloat16 (`computes_in_bf16` says why). The passes that score old and
+    reference log-probs run under it too, so that the PPO ratio of an unchanged policy is 1,
+    not bfloat16-vs-float32 noise."""
     if cfg.bf16 and device.type == "cuda" and not computes_in_bf16(model):
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()

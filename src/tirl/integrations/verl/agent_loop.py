@@ -132,15 +132,15 @@ from tirl.integrations.verl.estimators import register_estimators  # noqa: E402
 from tirl.integrations.verl.stages import SharedStages, StageView, shared_stages  # noqa: E402
 from tirl.protocol import Protocol, get_protocol  # noqa: E402
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory  # noqa: E402
+from tirl.rewards.reward import configured_reward  # noqa: E402
 from tirl.rewards.toolstats import tool_stats  # noqa: E402
+from tirl.rollout.limits import budget_at, is_truncated  # noqa: E402
 from tirl.rollout.runner import Rollout  # noqa: E402
 from tirl.sandbox import SandboxClient  # noqa: E402
 from tirl.sandbox.config import SandboxConfig, make_sandbox  # noqa: E402
 from tirl.tasks.scoring import score_trajectory  # noqa: E402
 from tirl.tools import toolset_protocol  # noqa: E402
 from tirl.train.config import RunConfig  # noqa: E402
-from tirl.train.curriculum import budget_at  # noqa: E402
-from tirl.train.rl import configured_reward, is_truncated  # noqa: E402
 from tirl.train.runtime import rollout_settings  # noqa: E402
 
 AGENT_LOOP_YAML = (
@@ -269,7 +269,7 @@ def _setup_from(section_json: str) -> LoopSetup:
         protocol=protocol,
         prompt=PromptSettings(protocol, run.prompt.chat, run.prompt.system),
         use_tools=run.variants[0] == "code",
-        reward=configured_reward(run.rl),
+        reward=configured_reward(run.rl.reward, run.rl.reward_kwargs()),
         sandbox=sandbox,
         start_stage=start_stage,
     )
