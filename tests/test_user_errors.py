@@ -25,7 +25,7 @@ from tirl.cli import build_parser, main
 from tirl.config import Range
 from tirl.synth.config import SynthConfig
 from tirl.train.config import RunConfig
-from tirl.train.races_study import StudySettings
+from tirl.studies.races_study import StudySettings
 
 # ------------------------------------------------------------------------------- the schemas
 

@@ -86,7 +86,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_ablate(args: argparse.Namespace) -> int:
     cfg = _load_run_config(args.config, args.overrides)
     require_device(cfg.device)
-    from tirl.train.ablate import PRESET_NOTES, parse_variants, run_ablation
+    from tirl.studies.ablate import PRESET_NOTES, parse_variants, run_ablation
 
     variants = parse_variants(args.preset, args.variant or [])
     note = PRESET_NOTES.get(args.preset or "", "")
@@ -97,12 +97,12 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 def cmd_study_races(args: argparse.Namespace) -> int:
     """`tirl study races [CONFIG] [overrides]`: RACES's composition study on a tiny model."""
-    from tirl.train.races_study import RacesStudyConfig
+    from tirl.studies.races_study import RacesStudyConfig
 
     cfg = load_config(RacesStudyConfig, args.config or preset_path("races_study"), args.overrides)
     require_device(cfg.run.device)
-    from tirl.eval.races_study import write_study_report
-    from tirl.train.races_study import run_study
+    from tirl.studies.races_report import write_study_report
+    from tirl.studies.races_study import run_study
 
     out = Path(args.out)
     results = run_study(cfg, out, _evaluation(), write_study_report)
