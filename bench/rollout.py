@@ -68,6 +68,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from tirl.backends.hf import HFEngine
+from tirl.sandbox import Sandbox, SandboxLimits
 from tirl.studies.simulate import (
     CostModel,
     LatencySpec,
@@ -77,7 +78,6 @@ from tirl.studies.simulate import (
     simulate,
     standard_schedules,
 )
-from tirl.sandbox import Sandbox, SandboxLimits
 
 AGENTMATH = {  # reported step time and speed-up, `shared/papers/002` "训练效率"
     "sync": "3600-4000 s, -",

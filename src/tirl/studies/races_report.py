@@ -43,8 +43,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from tirl.envs.operators import OPERATORS
-from tirl.studies.races_tasks import ARM_SPECS, EVAL_SIZES
 from tirl.files import read_jsonl, write_bytes, write_text
+from tirl.studies.races_tasks import ARM_SPECS, EVAL_SIZES
 
 SETS = ("atomic", "compositions")
 RESAMPLES = 2000

@@ -38,8 +38,8 @@ from pathlib import Path
 from tirl.config import ConfigError, setting
 from tirl.envs.dataset import write_tasks
 from tirl.envs.operators import OPERATORS
-from tirl.studies.races_tasks import ARMS, EVAL_SIZES, StudyTasks, choose_pool, study_tasks
 from tirl.files import write_text
+from tirl.studies.races_tasks import ARMS, EVAL_SIZES, StudyTasks, choose_pool, study_tasks
 from tirl.train.config import RunConfig
 from tirl.train.pipeline import Evaluation, Pipeline, quiet_transformers, seed_everything
 from tirl.train.run_folder import claim_folder
