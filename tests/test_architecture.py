@@ -51,7 +51,7 @@ BELOW_PIPELINES = {
     "tools",
 }
 PIPELINES = {"train", "eval", "synth"}
-PACKAGES = BELOW_PIPELINES | PIPELINES | {"studies", "integrations", "cli"}
+PACKAGES = BELOW_PIPELINES | PIPELINES | {"apps", "studies", "integrations", "cli"}
 
 # package -> the other packages it may import (docs/architecture.md, "Layers").
 ALLOWED: dict[str, set[str]] = {
@@ -69,14 +69,16 @@ ALLOWED: dict[str, set[str]] = {
     "train": set(BELOW_PIPELINES),
     "eval": set(BELOW_PIPELINES),
     "synth": set(BELOW_PIPELINES),
+    "apps": BELOW_PIPELINES | PIPELINES,
     "studies": BELOW_PIPELINES | PIPELINES,
-    "integrations": PACKAGES - {"cli", "integrations", "studies"},
+    "integrations": PACKAGES - {"cli", "integrations", "apps", "studies"},
     "cli": PACKAGES - {"cli"},
 }
 # Nothing imports these, except that the command line wires each integration's subcommands
-# (`tirl verl ...`) and runs the studies (`tirl ablate`, `tirl study ...`).
-NEVER_IMPORTED = {"cli", "integrations", "studies"}
-IMPORTED_ONLY_BY = {"integrations": {"cli"}, "studies": {"cli"}}
+# (`tirl verl ...`), and calls the runs that join the pipelines (`tirl eval`) and the studies
+# (`tirl ablate`, `tirl study ...`).
+NEVER_IMPORTED = {"cli", "integrations", "apps", "studies"}
+IMPORTED_ONLY_BY = {"integrations": {"cli"}, "apps": {"cli"}, "studies": {"cli"}}
 
 
 def module_name(path: Path) -> str:
