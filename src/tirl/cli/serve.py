@@ -1,4 +1,4 @@
-"""`tirl serve MODEL`: a model over an OpenAI-compatible API (`tirl.backends.server`)."""
+"""`tirl serve MODEL`: a model over an OpenAI-compatible API (`tirl.apps.serve`)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from tirl.cliargs import bind_host, check_model_source, number
 
 def cmd_serve(args: argparse.Namespace) -> int:
     key = server_key(args)  # before the model loads: a refused bind fails at once
-    from tirl.backends.server import serve
+    from tirl.apps.serve import serve_model
 
     check_model_source(args.model, "model")
     with listen_errors(args):
-        serve(
+        serve_model(
             args.model,
             args.host,
             args.port,
