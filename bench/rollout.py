@@ -6,7 +6,7 @@
 
 Part (a): step time of four rollout schedules on a simulated cluster.
 
-Runs `tirl.rollout.simulate` (a discrete-event model, nothing is executed or connected) for
+Runs `tirl.studies.simulate` (a discrete-event model, nothing is executed or connected) for
 batch-synchronous rollout, request-level async, + partial rollouts, + prefix-aware router, on
 the same AgentMath-like workload per seed, and prints a markdown table (medians over seeds) and
 every parameter. Step time is the mean over the steps after `--warmup` (partial rollouts need
@@ -68,7 +68,8 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from tirl.backends.hf import HFEngine
-from tirl.rollout.simulate import (
+from tirl.sandbox import Sandbox, SandboxLimits
+from tirl.studies.simulate import (
     CostModel,
     LatencySpec,
     Schedule,
@@ -77,7 +78,6 @@ from tirl.rollout.simulate import (
     simulate,
     standard_schedules,
 )
-from tirl.sandbox import Sandbox, SandboxLimits
 
 AGENTMATH = {  # reported step time and speed-up, `shared/papers/002` "训练效率"
     "sync": "3600-4000 s, -",

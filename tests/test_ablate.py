@@ -10,7 +10,7 @@ import pytest
 
 from tirl.cli import main
 from tirl.config import ConfigError
-from tirl.train.ablate import PRESETS, parse_variants
+from tirl.studies.ablate import PRESETS, parse_variants
 
 TINY = [
     "sft.steps=4",

@@ -166,10 +166,10 @@ def test_config_keys_list_the_data_sections_and_every_source(capsys):
 def test_the_quickstart_preset_is_a_train_config():
     """`tirl quickstart` is `tirl train` with the bundled preset; the preset holds the
     quickstart's settings and loads cleanly."""
-    from tirl.cli import _load_run_config, preset_path
+    from tirl.cli.common import load_run_config, preset_path
 
     assert preset_path("quickstart").is_file()
-    cfg = _load_run_config(None, [])
+    cfg = load_run_config(None, [])
     assert cfg.name == "quickstart" and cfg.variants == ["code", "text"]
     assert cfg.data.train == [
         {"source": "arithmetic", "kinds": ["product", "mod", "chain"], "digits": 3}

@@ -13,7 +13,8 @@ import pytest
 from tirl.cli import main
 from tirl.config import ConfigError
 from tirl.envs.core import REGISTRY
-from tirl.envs.study import (
+from tirl.studies.races_report import heldout_score, mixture_check, verdict
+from tirl.studies.races_tasks import (
     ARM_SPECS,
     ARMS,
     EVAL_SIZES,
@@ -23,7 +24,6 @@ from tirl.envs.study import (
     item_key,
     study_tasks,
 )
-from tirl.eval.races_study import heldout_score, mixture_check, verdict
 from tirl.tasks.sources.races import RacesSource
 
 POOL = choose_pool(10, 2, 0)

@@ -3,7 +3,7 @@ hand-computed step times."""
 
 import pytest
 
-from tirl.rollout.simulate import (
+from tirl.studies.simulate import (
     CostModel,
     Schedule,
     SimTrajectory,

@@ -438,25 +438,22 @@ async def _all_or_none(jobs: list) -> list:
 
 
 def serve(
-    model_path: str,
+    engine: HFEngine,
+    tokenizer,
+    model_name: str,
     host: str,
     port: int,
-    max_batch: int = 64,
-    seed: int = 0,
     api_key: str | None = None,
     insecure_no_auth: bool = False,
 ) -> None:
-    """Run until SIGINT/SIGTERM; prints `tirl serve: listening on http://HOST:PORT` when ready.
-    Refuses (ValueError) a non-loopback `host` without `api_key` unless `insecure_no_auth`."""
+    """Serve `engine` (the model `model_name`, built through the engine registry by
+    `tirl.apps.serve`) until SIGINT/SIGTERM, then close it; prints `tirl serve: listening on
+    http://HOST:PORT` when ready. Refuses (ValueError) a non-loopback `host` without `api_key`
+    unless `insecure_no_auth`."""
     refusal = bind_refusal(host, api_key, insecure_no_auth, "--api-key-env")
     if refusal:
         raise ValueError(refusal)
-    from tirl.models.tiny import load_policy
-
-    model, tokenizer = load_policy(model_path)
-    model.eval()
-    engine = HFEngine(model, tokenizer.eos_token_id, max_batch=max_batch, seed=seed)
-    server = CompletionServer(engine, tokenizer, model_path, api_key=api_key)
+    server = CompletionServer(engine, tokenizer, model_name, api_key=api_key)
 
     async def main() -> None:
         # handler_cancellation: a client that hangs up stops its generation at the next step.

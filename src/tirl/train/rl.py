@@ -89,6 +89,7 @@ from tirl.train.batch import collate
 from tirl.train.config import RLConfig
 from tirl.train.distributed import DistContext, gather_in_order, grad_norm_value, sum_over_ranks
 from tirl.train.metrics import MetricsLogger
+from tirl.train.runtime import phase_settings
 from tirl.train.update import (
     Shard,
     batch_advantages,
@@ -420,13 +421,13 @@ class RLTrainer:
         stale = not self.engine_current and self.updating is None
         pushed = await self.push_weights() if stale else {}
         max_tokens, budget = self.limits()
-        settings = RolloutSettings(
+        settings = phase_settings(
+            self.protocol,
+            self.max_output_chars,
+            self.use_tools,
             max_model_tokens=max_tokens,
             tool_budget=budget,
             temperature=cfg.temperature,
-            use_tools=self.use_tools,
-            max_output_chars=self.max_output_chars,
-            protocol=self.protocol,
             segment_tokens=cfg.segment_tokens or None,
             segment_tool_calls=cfg.segment_tool_calls or None,
         )

@@ -11,8 +11,9 @@ rollout settings that `tirl train`, `eval`, `ablate` and `study` sample with.
   protocol (`protocol`, `rl.boundary`) are the run's everywhere; limits, budget and
   temperature are the phase's.
 
-The pipeline, the ablation, the study and `tirl eval` call these instead of building sandboxes,
-engines or settings by hand, so every command samples the same way from the same config.
+The pipeline, the RL trainer's steps (`phase_settings`), the ablation, the study and `tirl eval`
+(`tirl.apps.evaluate`) call these instead of building sandboxes, engines or settings by hand,
+so every command samples the same way from the same config.
 """
 
 from __future__ import annotations
@@ -53,13 +54,39 @@ def rollout_settings(
     segment_tool_calls: int | None = None,
 ) -> RolloutSettings:
     """A phase's settings; what the model is shown and the protocol are the run's."""
+    return phase_settings(
+        run_protocol(cfg),
+        cfg.sandbox.max_output_chars,
+        use_tools,
+        max_model_tokens=max_model_tokens,
+        tool_budget=tool_budget,
+        temperature=temperature,
+        segment_tokens=segment_tokens,
+        segment_tool_calls=segment_tool_calls,
+    )
+
+
+def phase_settings(
+    protocol: Protocol,
+    max_output_chars: int,
+    use_tools: bool,
+    *,
+    max_model_tokens: int,
+    tool_budget: int,
+    temperature: float,
+    segment_tokens: int | None = None,
+    segment_tool_calls: int | None = None,
+) -> RolloutSettings:
+    """The one place rollout settings are made: `rollout_settings` from a run config, and
+    `RLTrainer.step` (which holds the run's protocol and output limit, not its config) with
+    each step's limits."""
     return RolloutSettings(
         max_model_tokens=max_model_tokens,
         tool_budget=tool_budget,
         temperature=temperature,
         use_tools=use_tools,
-        max_output_chars=cfg.sandbox.max_output_chars,
-        protocol=run_protocol(cfg),
+        max_output_chars=max_output_chars,
+        protocol=protocol,
         segment_tokens=segment_tokens,
         segment_tool_calls=segment_tool_calls,
     )

@@ -33,7 +33,9 @@ from openai import AsyncOpenAI
 from pydantic import Field
 
 from tirl.protocol import get_protocol
-from tirl.sandbox import Sandbox, format_result
+from tirl.sandbox import SandboxClient, format_result
+from tirl.sandbox.config import SandboxConfig, make_sandbox
+from tirl.sandbox.local import DEFAULT_PRELOAD
 from tirl.tasks.prompts import default_system_prompt
 
 _PROTOCOL = get_protocol("cir_fences")
@@ -66,11 +68,11 @@ class TirlHarness(vf.Harness[TirlHarnessConfig]):
 
     def __init__(self, config: TirlHarnessConfig) -> None:
         super().__init__(config)
-        self._sandbox: Sandbox | None = None
+        self._sandbox: SandboxClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: asyncio.Lock | None = None
 
-    async def _sandbox_started(self) -> Sandbox:
+    async def _sandbox_started(self) -> SandboxClient:
         """The harness's sandbox, started on first use in this event loop (a sandbox belongs
         to the loop that started it; one left in an earlier loop is abandoned, and its zygote
         dies with this process)."""
@@ -79,7 +81,7 @@ class TirlHarness(vf.Harness[TirlHarnessConfig]):
             self._loop, self._lock, self._sandbox = loop, asyncio.Lock(), None
         async with self._lock:
             if self._sandbox is None:
-                sandbox = Sandbox()
+                sandbox = make_sandbox(SandboxConfig(preload=list(DEFAULT_PRELOAD)))
                 await sandbox.start()
                 self._sandbox = sandbox
             return self._sandbox

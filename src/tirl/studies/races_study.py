@@ -5,17 +5,17 @@ generalizes better than RL on the same environments one at a time (Table 1), tha
 reaches the higher training reward yet plateaus on held-out tasks (Figure 2), that compositions of
 a fifth of the environments match or beat all of them individually (Table 2), and that
 generalization is not monotonic in composition size (Table 3). This runs the same comparison on
-a tiny model (the task sets: `tirl.envs.study`):
+a tiny model (the task sets: `tirl.studies.races_tasks`):
 
 1. one SFT model per variant (`code`: the interpreter is on; `text`: text-only), on
    demonstrations of atomic tasks and compositions up to `study.sft_max_size` (2) over the
    pool, evaluated on the held-out sets (the curves' step 0);
-2. from that same SFT model, for every seed, RL of each arm (`tirl.envs.study.ARMS`: individual,
+2. from that same SFT model, for every seed, RL of each arm (`tirl.studies.races_tasks.ARMS`: individual,
    RACES, RACES-small, and SEQUENTIAL-only at sizes 2, 3, 4, 5) with one RL config: the same
    steps, prompts, group size and token limits, and no adaptive batches, so every arm samples the
    same number of rollouts. Every `eval.every_rl_steps` and at the end, a greedy pass over the
    held-out atomic tasks and the held-out compositions;
-3. the analysis and report (`tirl.eval.races_study`, handed in: train does not import eval).
+3. the analysis and report (`tirl.studies.races_report`, which the command hands in).
 
 Folder: `tasks/` (every task set as JSONL with `meta.split`, and `manifest.json`), `sft/` (the
 SFT run folder of both variants), `seed<N>/<arm>/` (each arm's run folder: metrics.jsonl with the
@@ -38,8 +38,8 @@ from pathlib import Path
 from tirl.config import ConfigError, setting
 from tirl.envs.dataset import write_tasks
 from tirl.envs.operators import OPERATORS
-from tirl.envs.study import ARMS, EVAL_SIZES, StudyTasks, choose_pool, study_tasks
 from tirl.files import write_text
+from tirl.studies.races_tasks import ARMS, EVAL_SIZES, StudyTasks, choose_pool, study_tasks
 from tirl.train.config import RunConfig
 from tirl.train.pipeline import Evaluation, Pipeline, quiet_transformers, seed_everything
 from tirl.train.run_folder import claim_folder
@@ -106,7 +106,7 @@ class RacesStudyConfig:
     run: RunConfig = setting(factory=RunConfig, doc="model, SFT, RL and evaluation of every arm")
 
 
-StudyReport = Callable[[Path], dict]  # (study folder) -> results; tirl.eval.races_study's
+StudyReport = Callable[[Path], dict]  # (study folder) -> results; tirl.studies.races_report's
 
 
 def _source(path: Path) -> dict:

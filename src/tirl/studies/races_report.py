@@ -1,4 +1,4 @@
-"""The analysis and report of `tirl study races` (the runner: `tirl.train.races_study`).
+"""The analysis and report of `tirl study races` (the runner: `tirl.studies.races_study`).
 
 Everything is read back from the study folder, never from the config: what each arm trained on
 is counted from the task ids its updates logged (`train/tasks` in metrics.jsonl) looked up in the
@@ -43,9 +43,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from tirl.envs.operators import OPERATORS
-from tirl.envs.study import ARM_SPECS, EVAL_SIZES
 from tirl.files import read_jsonl, write_bytes, write_text
 from tirl.protocol.segments import Trajectory
+from tirl.studies.races_tasks import ARM_SPECS, EVAL_SIZES
 
 SETS = ("atomic", "compositions")
 RESAMPLES = 2000
