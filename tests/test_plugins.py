@@ -94,7 +94,7 @@ def test_config_keys_lists_what_an_installed_plugin_registers(plugin_venv, tmp_p
     done = _tirl(plugin_venv, "config", "--keys", log=tmp_path / "notes.txt")
     assert done.returncode == 0, done.stderr
     registered = done.stdout[done.stdout.index("registered") :]
-    for line in ("task sources:", "advantage estimators:", "tools:"):
+    for line in ("task sources (", "advantage estimators (", "tools ("):
         assert line in registered
     for name in ("addition", "centered", "calc", "arithmetic", "grpo", "python"):
         assert f" {name}" in registered, name

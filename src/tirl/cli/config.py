@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 
 from tirl.cli.common import add_config_args, load_run_config
 from tirl.cliargs import output_file, require_device
@@ -22,17 +23,29 @@ def _print_keys(rows) -> None:
             print(f"      {row.doc}")
 
 
+def _print_registered() -> None:
+    from tirl.train.registries import registered
+
+    print("\nregistered: what each extension point's key may name (plugins included)")
+    for point, names in registered().items():
+        text = textwrap.fill(", ".join(names), 100, initial_indent="    ", subsequent_indent="    ")
+        print(f"\n  {point}:\n{text}")
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     if args.keys:
         from tirl.tasks.registry import SOURCES, source_names
         from tirl.train.config import RunConfig
 
+        if args.config or args.overrides:  # its plugins' entries are listed too
+            load_run_config(args.config, args.overrides)
         _print_keys(describe(RunConfig))
         print("\ntask sources: the keys of a data.train / data.eval entry {source: NAME, ...}")
         for name in source_names():
             print(f"\n  source: {name}  ({(SOURCES[name].__doc__ or '').strip().splitlines()[0]})")
             fields = [r for r in describe(SOURCES[name]) if r.key != "name"]
             _print_keys(fields)
+        _print_registered()
         return 0
     cfg = load_run_config(args.config, args.overrides)
     require_device(cfg.device)  # as `tirl train` would: a config for a device this machine lacks
@@ -58,6 +71,7 @@ def add_parser(sub) -> None:
         "--keys",
         "--help-fields",
         action="store_true",
-        help="list every key with its default, range and meaning, and each task source's keys",
+        help="list every key with its default, range and meaning, each task source's keys, and"
+        " what every extension point has registered (with CONFIG: its plugins' too)",
     )
     p.set_defaults(func=cmd_config)
