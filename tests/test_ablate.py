@@ -37,7 +37,7 @@ def test_ablate_runs_each_variant_from_the_same_sft_model_and_compares_them(tmp_
     table = (out / "ablation.md").read_text()
     for name in [*PRESETS["cir"], "lr-up"]:
         assert f"| {name} |" in table
-    assert "`rl.boundary=stop_token`" in table and "(reference)" in table
+    assert "`protocol.boundary=stop_token`" in table and "(reference)" in table
     results = json.loads((out / "results.json").read_text())
     assert len(results) == 2  # one per seed
     for per_seed in results:

@@ -300,13 +300,36 @@ def test_an_added_reward_is_built_with_its_parameters(run_recipe):
     assert reward.range == (0.0, 1.0)
 
 
-def test_the_composite_reward_still_reads_its_own_keys():
-    cfg = from_dict(RLConfig, {"reward": "composite", "composite_beta": 0.1}, "rl")
+def test_the_composite_reward_takes_its_parameters_in_reward_params():
+    cfg = from_dict(RLConfig, {"reward": "composite", "reward_params": {"beta": 0.1}}, "rl")
     reward = make_reward(cfg.reward, **cfg.reward_kwargs())
     assert reward(True, {"num_calls": 1}) == pytest.approx(1.1)
+    with pytest.raises(ConfigError) as err:  # the reward's own check of a value, in one line
+        load_config(RunConfig, overrides=["rl.reward=composite", "rl.reward_params.beta=-1"])
+    assert str(err.value).startswith("override 'rl.reward_params.beta=-1': rl: rl.reward_params:")
+    assert "beta must be >= 0" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("rl.composite_alpha=0.1", "rl.reward_params.alpha"),
+        ("rl.composite_beta=0.1", "rl.reward_params.beta"),
+        ("rl.composite_max=0.1", "rl.reward_params.r_max"),
+        ("rl.boundary=stop_token", "protocol.boundary"),
+    ],
+)
+def test_a_key_of_an_older_config_is_refused_naming_its_new_place(old, new):
     with pytest.raises(ConfigError) as err:
-        load_config(RunConfig, overrides=["rl.reward=composite", "rl.reward_params.beta=0.1"])
-    assert "rl.reward_params.beta" in str(err.value) and "rl.composite_beta" in str(err.value)
+        load_config(RunConfig, overrides=[old])
+    assert str(err.value) == f"override {old!r}: {old.split('=')[0]} is now {new}"
+
+
+def test_a_protocol_name_alone_still_sets_the_protocol():
+    cfg = load_config(RunConfig, overrides=["protocol=agentmath_tags"])
+    assert (cfg.protocol.name, cfg.protocol.boundary) == ("agentmath_tags", "exact_match")
+    cfg = load_config(RunConfig, overrides=["protocol.boundary=stop_token"])
+    assert (cfg.protocol.name, cfg.protocol.boundary) == ("cir_fences", "stop_token")
 
 
 # ------------------------------------------------------------------------------ engines

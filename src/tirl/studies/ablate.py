@@ -45,7 +45,7 @@ CIR = ["rl.advantage=reinforce++", "rl.reward=binary"]  # CIR's estimator and +1
 PRESETS: dict[str, dict[str, list[str]]] = {
     "cir": {
         "cir": [*CIR],
-        "-exact-match": [*CIR, "rl.boundary=stop_token"],
+        "-exact-match": [*CIR, "protocol.boundary=stop_token"],
         "-tool-mask": [*CIR, "rl.mask_tool_output=false"],
         "-no-entropy": [*CIR, "rl.entropy_coef=0.01"],
         "-no-kl": [*CIR, "rl.kl_coef=0.05"],
@@ -113,9 +113,9 @@ async def _run_seed(
     configs = {name: variant_config(base, overrides, name) for name, overrides in variants.items()}
     async with sandbox_for(base) as sandbox:
         sft_states = {}  # one SFT model per boundary mode: demonstrations are written in it
-        for boundary in dict.fromkeys(cfg.rl.boundary for cfg in configs.values()):
-            name = "sft" if boundary == base.rl.boundary else f"sft-{boundary}"
-            pipeline.cfg = replace(base, rl=replace(base.rl, boundary=boundary))
+        for boundary in dict.fromkeys(cfg.protocol.boundary for cfg in configs.values()):
+            name = "sft" if boundary == base.protocol.boundary else f"sft-{boundary}"
+            pipeline.cfg = replace(base, protocol=replace(base.protocol, boundary=boundary))
             pipeline.prepare(pipeline.tokenizer)  # the renderer in this boundary mode
             seed_everything(base.seed)
             model = pipeline.make_model()
@@ -124,7 +124,7 @@ async def _run_seed(
         for name, cfg in configs.items():
             pipeline.cfg = cfg
             pipeline.prepare(pipeline.tokenizer)
-            model.load_state_dict(sft_states[cfg.rl.boundary])
+            model.load_state_dict(sft_states[cfg.protocol.boundary])
             seed_everything(cfg.seed)
             await pipeline.rl(name, model, sandbox, True, cfg)
     pipeline.logger.close()

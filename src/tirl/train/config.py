@@ -353,16 +353,35 @@ def _check_params(
 # Config fields that are the parameters of a registered function of the same name when it has
 # them: a policy loss that clips reads rl.clip_low / clip_high / clip_ratio_c.
 POLICY_LOSS_FIELDS = ("clip_low", "clip_high", "clip_ratio_c")
-# The composite reward's parameters have fields of their own (older configs set them).
-COMPOSITE_FIELDS = {"alpha": "composite_alpha", "beta": "composite_beta", "r_max": "composite_max"}
+
+
+@dataclass
+class ProtocolConfig:
+    """How the model writes code and sees tool output (`tirl.protocol`), and how the end of a
+    code block is detected; SFT, RL and evaluation all use it."""
+
+    SHORTHAND = "name"  # `protocol: agentmath_tags` = `protocol: {name: agentmath_tags}`
+
+    name: str = setting(
+        "cir_fences",
+        doc="a registered protocol: cir_fences (markdown fences) or agentmath_tags"
+        " (<code>/<interpreter>)",
+        check=_protocol_problem,
+    )
+    boundary: Literal["exact_match", "stop_token"] = setting(
+        "exact_match",
+        doc="how a code block's end is detected (CIR Figure 1): exact_match runs the code the"
+        " moment its closing marker is generated; stop_token waits for the model to write the"
+        " output marker",
+    )
 
 
 @dataclass
 class RLConfig:
     """On-policy RL with every CIR and AgentMath strategy as a switch.
 
-    CIR's six strategies (§2.3.2): `boundary` "exact_match" (code runs the moment its block
-    closes), `mask_tool_output` (interpreter tokens out of the loss), `entropy_coef` 0 (no
+    CIR's six strategies (§2.3.2): `protocol.boundary` "exact_match" (code runs the moment its
+    block closes; a key of the run's `protocol` section), `mask_tool_output` (interpreter tokens out of the loss), `entropy_coef` 0 (no
     entropy bonus), `kl_coef` 0 (no KL), `clip_low`/`clip_high` 0.2 / 0.28 (clip-higher,
     DAPO), and `budget_schedule` (interaction budget 2 -> 3 -> 4). CIR trains REINFORCE++
     with a +1 / -1 reward: `advantage: reinforce++`, `reward: binary`.
@@ -371,6 +390,14 @@ class RLConfig:
     refill from fresh prompts), `reward: composite`, and `stages` with `expansion_threshold`
     (move to the next stage whenever the truncation rate exceeds 10%).
     """
+
+    # Keys of older configs, refused with where they live now.
+    MOVED_KEYS = {
+        "boundary": "protocol.boundary",
+        "composite_alpha": "rl.reward_params.alpha",
+        "composite_beta": "rl.reward_params.beta",
+        "composite_max": "rl.reward_params.r_max",
+    }
 
     steps: int = setting(45, ">= 0", "RL steps (rollout batch + updates); 0 skips RL")
     prompts_per_step: int = setting(8, ">= 1", "groups (prompts) per step")
@@ -384,9 +411,6 @@ class RLConfig:
     temperature: float = setting(1.0, "(0, 100]", "sampling temperature (on-policy: > 0)")
     max_model_tokens: int = setting(
         64, ">= 1", "model tokens per trajectory (tool tokens not counted)"
-    )
-    boundary: Literal["exact_match", "stop_token"] = setting(
-        "exact_match", doc="how a code block's end is detected (CIR Figure 1)"
     )
     advantage: str = setting(
         "grpo",
@@ -408,14 +432,10 @@ class RLConfig:
     )
     reward_params: dict[str, Any] = setting(
         factory=dict,
-        doc="keyword parameters of the reward's class (composite: use the composite_* keys)",
+        doc="keyword parameters of the reward's class; composite (AgentMath's R_acc + 1[R_acc ="
+        " 1] * min(r_max, alpha + beta * N_code)) takes alpha (0), beta (0.05), r_max (0.2)",
         check=_param_values_problem,
     )
-    # AgentMath's composite reward (tirl.rewards.reward.CompositeReward), used when reward is
-    # "composite": R = R_acc + 1[R_acc = 1] * min(max, alpha + beta * N_code).
-    composite_alpha: float = setting(0.0, "[0, 100]", "composite reward: alpha")
-    composite_beta: float = setting(0.05, "[0, 100]", "composite reward: beta per code call")
-    composite_max: float = setting(0.2, "[0, 100]", "composite reward: cap of the tool bonus")
     overlong_buffer: int = setting(
         0, ">= 0", "DAPO's soft overlong penalty zone, in model tokens; 0 turns it off"
     )
@@ -590,17 +610,17 @@ class RLConfig:
             params = self.policy_loss_params
             _check_params("rl.policy_loss_params", params, fn, what, POLICY_LOSS_ARGS, dedicated)
         if self.reward_params:
-            from tirl.rewards.reward import REWARDS
+            from tirl.rewards.reward import REWARDS, make_reward
 
-            dedicated = {}
-            if self.reward == "composite":
-                dedicated = {name: f"rl.{field}" for name, field in COMPOSITE_FIELDS.items()}
             what = f"reward {self.reward!r}"
-            cls = REWARDS[self.reward]
-            _check_params("rl.reward_params", self.reward_params, cls, what, (), dedicated)
+            _check_params("rl.reward_params", self.reward_params, REWARDS[self.reward], what)
+            try:  # the reward's own checks of its values (composite: beta >= 0)
+                make_reward(self.reward, **self.reward_params)
+            except ValueError as e:
+                raise ConfigError(f"rl.reward_params: {e}", "rl.reward_params") from None
 
-    # The keyword arguments each registered function is called with: its dedicated fields (the
-    # built-ins' parameters, as before the registries) and then the *_params pass-through.
+    # The keyword arguments each registered function is called with: the loss's dedicated
+    # fields (the built-in's parameters, as before the registries), then the *_params.
     def advantage_kwargs(self) -> dict[str, Any]:
         """Keywords for `token_advantages` besides gamma: the estimator's own parameters."""
         return dict(self.advantage_params)
@@ -615,12 +635,8 @@ class RLConfig:
         return {**shared, **self.policy_loss_params}
 
     def reward_kwargs(self) -> dict[str, Any]:
-        """Keywords for the reward's class: the composite_* fields for composite, then
-        rl.reward_params."""
-        shared = {}
-        if self.reward == "composite":
-            shared = {name: getattr(self, field) for name, field in COMPOSITE_FIELDS.items()}
-        return {**shared, **self.reward_params}
+        """Keywords for the reward's class: rl.reward_params."""
+        return dict(self.reward_params)
 
 
 @dataclass
@@ -683,11 +699,10 @@ class RunConfig:
         " without log_wandb (one W&B run) and torchrun: elsewhere one variant after the other",
     )
     rollout_batch: int = setting(128, ">= 1", "sequences decoded together (hf engine)")
-    protocol: str = setting(
-        "cir_fences",
-        doc="how code is written and tool output shown (tirl.protocol): cir_fences (markdown"
-        " fences) or agentmath_tags (<code>/<interpreter>); SFT, RL and eval all use it",
-        check=_protocol_problem,
+    protocol: ProtocolConfig = setting(
+        factory=ProtocolConfig,
+        doc="how code is written and its end detected, in SFT, RL and eval alike (a name alone,"
+        " protocol: agentmath_tags, sets protocol.name)",
     )
     tools: list[str] = setting(
         factory=lambda: ["python"],
@@ -790,7 +805,7 @@ class RunConfig:
             from tirl.tasks.sft_file import read_sft_records
             from tirl.tools import toolset_protocol
 
-            protocol = get_protocol(self.protocol, self.rl.boundary)
+            protocol = get_protocol(self.protocol.name, self.protocol.boundary)
             read_sft_records(self.sft.data, toolset_protocol(protocol, self.tools))
         elif "code" in self.variants:
             wanted |= {True} if self.sft.code_share > 0 else set()

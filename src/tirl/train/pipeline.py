@@ -11,7 +11,7 @@ What is read from the config:
   `sft.examples + i` (prompts SFT never saw). `data.eval` names the evaluation sets.
 - prompts: `prompt.chat` / `prompt.system` (`tirl.tasks.prompts.PromptRenderer`: plain text or
   the tokenizer's chat template, always as token ids); `protocol` (markdown fences or
-  AgentMath tags) with `rl.boundary`, the same in SFT, RL and evaluation.
+  AgentMath tags) with `protocol.boundary`, the same in SFT, RL and evaluation.
 - demonstrations: `sft.data` (a `tirl synth` file, recorded outputs, for the code variant), or
   each source's teacher-free `demonstration(task, use_tools)`: a `sft.code_share` share of the
   code variant's use the interpreter (their code run in the sandbox), the rest answer in text.

@@ -189,7 +189,7 @@ class RLTrainer:
     ) -> None:
         """`task_at(i)` is the i-th training task, asked as `prompt_of(task)` (its prompt ids
         from `tirl.tasks.prompts.PromptRenderer`; default: the plain prompt text), with code
-        written in `protocol` (a name: in `cfg.boundary` mode). `reward_fn(trajectory)`
+        written in `protocol` (a name: in exact-match mode). `reward_fn(trajectory)`
         replaces the configured reward (`rl.reward`); it is called once per trajectory, when
         it finishes (failed ones excluded), and trajectories carry `meta["task"]` (the task's
         index), `meta["seed"]`, the task's `task_id` and `score` (`tirl.tasks.scoring`) and their
@@ -209,7 +209,7 @@ class RLTrainer:
         self.shard = dist.shard if dist is not None else Shard()
         self.reward_fn = reward_fn or reward_from_config(cfg)
         if isinstance(protocol, str):
-            protocol = get_protocol(protocol, cfg.boundary)
+            protocol = get_protocol(protocol)
         self.protocol = protocol
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
         warmup = max(1, cfg.warmup_steps * cfg.updates_per_step)

@@ -8,7 +8,7 @@ rollout settings that `tirl train`, `eval`, `ablate` and `study` sample with.
   the live policy saved into the run folder, so it samples the weights the trainer holds now;
   after every update the trainer pushes its new weights into it (`RLTrainer.push_weights`);
 - the rollout settings: the model-visible output limit (`sandbox.max_output_chars`) and the
-  protocol (`protocol`, `rl.boundary`) are the run's everywhere; limits, budget and
+  protocol (`protocol.name`, `protocol.boundary`) are the run's everywhere; limits, budget and
   temperature are the phase's.
 
 The pipeline, the RL trainer's steps (`phase_settings`), the ablation, the study and `tirl eval`
@@ -40,7 +40,7 @@ def sandbox_for(cfg: RunConfig) -> SandboxClient:
 
 def run_protocol(cfg: RunConfig) -> Protocol:
     """The protocol SFT, RL and evaluation all write and read code in, with the run's tools."""
-    return toolset_protocol(get_protocol(cfg.protocol, cfg.rl.boundary), cfg.tools)
+    return toolset_protocol(get_protocol(cfg.protocol.name, cfg.protocol.boundary), cfg.tools)
 
 
 def rollout_settings(

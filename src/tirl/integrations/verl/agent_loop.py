@@ -76,7 +76,7 @@ The verl config keys this loop reads (Hydra: `+tirl.<key>=...`, they are not in 
 
 and from verl's own: `actor_rollout_ref.rollout.{prompt_length, response_length, name,
 full_determinism}`, `actor_rollout_ref.model.path` (its generation config's end-of-sequence
-ids). From the run config: `protocol`, `rl.boundary`, `prompt.chat`, `prompt.system`,
+ids). From the run config: `protocol` (name and boundary), `prompt.chat`, `prompt.system`,
 `variants` (exactly one: code or text), `sandbox.*`, `rl.{steps, max_model_tokens,
 budget_schedule, reward, reward_params, composite_*, overlong_buffer, overlong_penalty,
 mask_tool_output, stages, expansion_threshold}`, `eval.{max_model_tokens, tool_budget}`.
@@ -263,7 +263,7 @@ def _setup_from(section_json: str) -> LoopSetup:
             f"{TIRL_SECTION}.start_stage",
         )
     # the run's tools: their blocks are detected, the enabled ones run (tirl.tools)
-    protocol = toolset_protocol(get_protocol(run.protocol, run.rl.boundary), run.tools)
+    protocol = toolset_protocol(get_protocol(run.protocol.name, run.protocol.boundary), run.tools)
     return LoopSetup(
         run=run,
         protocol=protocol,

@@ -127,7 +127,7 @@ def add_sft_data_parser(sub) -> None:
         choices=[b.value for b in Boundary],
         default=Boundary.EXACT_MATCH.value,
         help="where a model turn ends: at the block's close, or after its stop marker"
-        " (as rl.boundary; default exact_match)",
+        " (as protocol.boundary; default exact_match)",
     )
     p.add_argument(
         "--system",

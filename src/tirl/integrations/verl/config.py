@@ -150,7 +150,7 @@ def tool_reply_tokens(cfg: RunConfig) -> int:
     can exceed it: the loop then stops the trajectory at verl's response length."""
     from tirl.protocol import get_protocol
 
-    protocol = get_protocol(cfg.protocol, cfg.rl.boundary)
+    protocol = get_protocol(cfg.protocol.name, cfg.protocol.boundary)
     wrapper = len((protocol.output_open + protocol.output_close).encode())
     return cfg.sandbox.max_output_chars + 4 + wrapper
 

@@ -66,6 +66,10 @@ _V1 = "trainer.v1"
 # ".*" covers a whole section that has no role in a verl launch.
 MAPPING: dict[str, Row] = {
     # ---- the run
+    "plugins": _loop(
+        "imported wherever the run config is loaded: by the launch and in the agent loop's"
+        " workers, so what they register is there too"
+    ),
     "name": _verl("trainer.experiment_name", "trainer.default_local_dir"),
     "out_dir": _verl("trainer.default_local_dir", note="checkpoints in OUT_DIR/NAME/checkpoints"),
     "seed": _verl(
@@ -87,10 +91,14 @@ MAPPING: dict[str, Row] = {
         "tirl's own pipeline, one process per variant; a verl launch trains one policy"
     ),
     "rollout_batch": _none("decode batch of tirl's HF engine; vLLM schedules its own batches"),
-    "protocol": _loop(
+    "protocol.name": _loop(
         "how code and tool output are written: the loop's exact-match stops; its output"
         " wrapper counts in the tool replies' bound",
         also=_RESPONSE_KEYS,
+    ),
+    "protocol.boundary": _loop(
+        "exact_match: the loop stops generation at the code block's closing marker (server"
+        " stops); stop_token: at the output marker the model writes"
     ),
     "tools": _loop(
         "the tools whose blocks the loop's rollout detects and runs (tirl.tools), all in the"
@@ -181,10 +189,6 @@ MAPPING: dict[str, Row] = {
         " replies' bound; with seq-mean-token-sum-norm it is verl's loss_scale_factor",
         also=(*_RESPONSE_KEYS, f"{_ACTOR}.loss_scale_factor"),
     ),
-    "rl.boundary": _loop(
-        "exact_match: the loop stops generation at the code block's closing marker (server"
-        " stops); stop_token: at the output marker the model writes"
-    ),
     "rl.advantage": _verl(
         "algorithm.adv_estimator",
         "algorithm.norm_adv_by_std_in_grpo",
@@ -196,10 +200,9 @@ MAPPING: dict[str, Row] = {
     "rl.advantage_params": _none("must be empty: verl passes no extra estimator parameters"),
     "rl.gamma": _verl("algorithm.gamma", note="refused != 1 for the outcome estimators, as tirl"),
     "rl.reward": _loop("the loop scores the model's text and returns reward_score"),
-    "rl.reward_params": _loop("parameters of the loop's reward"),
-    "rl.composite_alpha": _loop("AgentMath's composite reward, computed by the loop"),
-    "rl.composite_beta": _loop("AgentMath's composite reward, computed by the loop"),
-    "rl.composite_max": _loop("AgentMath's composite reward, computed by the loop"),
+    "rl.reward_params": _loop(
+        "parameters of the loop's reward (composite: AgentMath's alpha, beta, r_max)"
+    ),
     "rl.overlong_buffer": _loop(
         "DAPO's overlong penalty over model tokens, subtracted by the loop (verl's DAPO reward"
         " manager counts tool tokens too, and is bypassed)"

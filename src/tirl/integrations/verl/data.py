@@ -409,7 +409,7 @@ def export_tasks(
 ) -> ExportSummary:
     """Write verl RL rows of a config's tasks to `out_path` (see `config_task_sets`).
 
-    `config`: a tirl run config file (its protocol, `rl.boundary`, `prompt.*`, `seed`, with
+    `config`: a tirl run config file (its `protocol` section, `prompt.*`, `seed`, with
     `overrides`) or a list of source entries (a mixture; `protocol` then defaults to
     cir_fences, the seed to 0). `protocol` given overrides the config's. An existing
     `out_path` is replaced only with `force`."""
@@ -419,7 +419,7 @@ def export_tasks(
     if isinstance(config, (str, Path)):
         cfg = run_config(config, overrides)
         settings = PromptSettings(
-            _protocol(protocol or cfg.protocol, cfg.rl.boundary), cfg.prompt.chat, cfg.prompt.system
+            _protocol(protocol or cfg.protocol.name, cfg.protocol.boundary), cfg.prompt.chat, cfg.prompt.system
         )
         sets = config_task_sets(cfg, split, n, start)
     else:
