@@ -1,7 +1,7 @@
 """What `tirl eval` runs (the command, `tirl.cli.eval`, only parses and calls these): a saved
 model, a hub name, or OpenAI-compatible servers, evaluated on the config's data.eval sets
-(`evaluate_sets`) or on benchmarks, resumably, in a locked folder (`benchmark_items`,
-`eval_benchmarks`). The sandbox, the engine and the rollout settings come from
+(`evaluate_sets`) or on the benchmarks `tirl.eval.benchmark_eval.benchmark_tasks` reads,
+resumably, in a locked folder (`eval_benchmarks`). The sandbox, the engine and the rollout settings come from
 `tirl.train.runtime`, as in training.
 """
 
@@ -118,14 +118,6 @@ def evaluate_sets(cfg, model, tokenizer, use_tools: bool) -> int:
         next(filter(None, failures), ""),
     )  # FailedSamplesError: main prints it, exit code 1
     return 0
-
-
-def benchmark_items(args: argparse.Namespace) -> dict[str, tuple[list, str]]:
-    """(tasks, source) of every --benchmark by its unique report name (`benchmark_keys`),
-    loaded before any model work so a typo fails fast."""
-    from tirl.eval.benchmark_eval import benchmark_tasks
-
-    return benchmark_tasks(args.benchmark, args.data_dir, args.limit)
 
 
 def eval_benchmarks(args, cfg, model, tokenizer, items) -> int:

@@ -37,12 +37,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     from tirl.apps import evaluate as run
+    from tirl.eval.benchmark_eval import benchmark_tasks
 
     hf_logging.set_verbosity_error()
     _check_eval_flags(args)
     cfg = run.eval_config(args, load_run_config(args.config, args.overrides))
     require_device(cfg.device)
-    items = run.benchmark_items(args) if args.benchmark else None  # before the model: fail fast
+    # the benchmarks are read before the model loads: a typo fails fast
+    items = benchmark_tasks(args.benchmark, args.data_dir, args.limit) if args.benchmark else None
     model, tokenizer = run.eval_policy(args, cfg)
     if items is not None:
         return run.eval_benchmarks(args, cfg, model, tokenizer, items)
