@@ -6,12 +6,11 @@ package included) nor between packages. An import under `if TYPE_CHECKING:` is l
 module cycle check (it never runs: it only names a type for the annotations, as `SlotRows`
 names the fused pass it is handed); the layer and package checks still count it.
 
-A registry's `builtins` (`tirl.registry.Registry`: a module name, imported by
-`importlib.import_module` on the registry's first read) is not an import edge here: the
-registry module names where its built-in entries live and does not depend on them, while the
-entries' modules import the registry to register (the dependency runs one way, entry ->
-registry); the string is read only after the registry's module has finished importing, so it
-can never meet a half-imported module. It is the same inversion as a plugin's entry point.
+Every import counts, with no exemption: an `importlib.import_module("tirl.x")` or
+`__import__("tirl.x")` of a constant name is an import edge like the statement. A registry whose
+entries are files of their own is therefore three modules with the dependency running one way
+(`tirl.registry`'s docstring): the code that reads it imports the built-in entries, which
+import the small module holding the registry and its decorator.
 
 The check reads the files with `ast`; nothing is imported, so a violation is reported even in a
 module that cannot be imported on this machine, as `file:line: a -> b (not allowed: ...)`.
@@ -134,6 +133,17 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
+def _imported_name(call: ast.Call) -> str | None:
+    """The module a call imports by a constant name (`importlib.import_module("tirl.x")`,
+    `import_module(...)`, `__import__(...)`), or None."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name not in ("import_module", "__import__") or not call.args:
+        return None
+    arg = call.args[0]
+    return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+
+
 def _resolve(source: str, node: ast.ImportFrom) -> str:
     if not node.level:
         return node.module or ""
@@ -156,6 +166,8 @@ def imports_of(source: str, text: str | None = None) -> list[Import]:
                 child_top = False
             elif isinstance(child, ast.If) and _is_type_checking(child):
                 child_top, child_typing = False, True
+            if isinstance(child, ast.Call) and _imported_name(child) is not None:
+                found.append(Import(source, _imported_name(child), child.lineno, top, typing))
             if isinstance(child, ast.Import):
                 for alias in child.names:
                     found.append(Import(source, alias.name, child.lineno, top, typing))
@@ -373,8 +385,9 @@ def test_no_import_cycle_between_packages():
 
 
 def test_the_checker_sees_imports_inside_functions_and_relative_ones():
-    """The walk is what every other test here rests on: a lazy import in a function body and a
-    relative import must both be found, and a TYPE_CHECKING import must not count as run."""
+    """The walk is what every other test here rests on: a lazy import in a function body, a
+    relative import and an import by a constant name (`importlib.import_module`) must all be
+    found, and a TYPE_CHECKING import must not count as run."""
     text = (
         "from typing import TYPE_CHECKING\n"
         "import tirl.config\n"
@@ -383,6 +396,9 @@ def test_the_checker_sees_imports_inside_functions_and_relative_ones():
         "if TYPE_CHECKING:\n    from tirl.train.config import RLConfig\n"
         "def f():\n    from tirl.cli import main\n"
         "try:\n    import tirl.rollout.router as r\nexcept ImportError:\n    pass\n"
+        "def g(name):\n    importlib.import_module('tirl.tasks.sources')\n"
+        "    importlib.import_module(name)\n"  # a name known only when it runs: not an edge
+        "TOOLS = __import__('tirl.tools.builtins')\n"
     )
     found = [(i.target, i.line, i.top_level) for i in imports_of("tirl.synth.pipeline", text)]
     assert found == [
@@ -392,6 +408,8 @@ def test_the_checker_sees_imports_inside_functions_and_relative_ones():
         ("tirl.train.config", 6, False),
         ("tirl.cli", 8, False),
         ("tirl.rollout.router", 10, True),
+        ("tirl.tasks.sources", 14, False),
+        ("tirl.tools.builtins", 16, True),
     ]
     typing = [i.target for i in imports_of("tirl.synth.pipeline", text) if i.type_checking]
     assert typing == ["tirl.train.config"]
@@ -412,5 +430,31 @@ def test_http_clients_of_a_generation_server_do_not_import_torch():
         text=True,
         timeout=60,
         env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_registrys_readers_hold_its_built_ins_and_the_task_interface_stays_light():
+    """The readers of the three registries whose entries are files (task sources, tools,
+    sandbox transports) import those files, so a fresh process finds the built-in entries
+    through them without loading anything by name; `tirl.tasks` (the task interface) does not
+    import the sources, and the sources import no heavy package until one is made."""
+    code = (
+        "import sys\nimport tirl.tasks\n"
+        "assert 'tirl.tasks.sources' not in sys.modules, 'tirl.tasks imported the sources'\n"
+        "from tirl.sandbox.config import SANDBOX_TRANSPORTS\n"
+        "from tirl.tasks.registry import SOURCES\nfrom tirl.tools import TOOLS\n"
+        "assert {'arithmetic', 'races', 'dataset', 'benchmark'} <= set(SOURCES), list(SOURCES)\n"
+        "assert {'python', 'shell'} <= set(TOOLS), list(TOOLS)\n"
+        "assert {'local', 'http', 'ray'} <= set(SANDBOX_TRANSPORTS), list(SANDBOX_TRANSPORTS)\n"
+        "heavy = ('torch', 'reasoning_gym', 'verifiers', 'datasets', 'ray', 'aiohttp')\n"
+        "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(SRC), "TIRL_PLUGINS_AUTOLOAD": "0"},
     )
     assert done.returncode == 0, done.stderr

@@ -11,20 +11,26 @@ A config field checks its value with `registry.problem(name)`, so the accepted n
 live registry's, never a copied list. A registry reads like a read-only dict (`name in r`,
 `r[name]`, `sorted(r)`).
 
-`builtins` names a module that registers the built-in entries when imported; it is imported
-the first time the registry is read, not when the registry is made, so a registry can sit in a
-light module while its entries pull in heavy dependencies (torch, aiohttp) only when asked for.
-This is not an import cycle, though the built-in modules import the registry's module to
-register: the dependency runs one way, entries -> registry (the registry's module uses nothing
-of theirs, it only names where they are, as a plugin's entry point does), and the name is
-imported only on a read, after the registry's module has finished importing, so neither side
-ever meets the other half-imported. `tests/test_architecture.py`'s cycle check therefore
-counts `import` statements, not this string.
+A registry loads nothing by name. Where the entries sit in the registry's own module
+(estimators, losses, rewards, engines) there is nothing to load; where each is a file of its
+own (task sources, tools, sandbox transports) the extension point is three parts, and the
+dependency runs one way, readers -> built-in entries -> registry:
+
+- the registry and its decorator, in a small module the entries import to register
+  (`tirl.tasks.registration`, `tirl.tools.base`, `tirl.sandbox.registration`);
+- the built-in entries, one package or module that imports them all (`tirl.tasks.sources`,
+  `tirl.tools.builtins`, `tirl.sandbox.transports`); heavy dependencies (torch, Ray, a
+  dataset library) are imported by an entry when it runs, not by its module;
+- the code that reads the registry (`tirl.tasks.registry`, `tirl.tools.toolset`,
+  `tirl.sandbox.config`), which imports the built-in entries with a plain `import` and
+  re-exports the registry, so reading it from there always finds them.
+
+The one thing a read still loads is the installed plugins (`tirl.plugins.load_installed`, on
+the first read): a plugin lives outside tirl and is found by its entry point.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Generic, TypeVar
@@ -37,15 +43,9 @@ T = TypeVar("T")
 class Registry(Mapping[str, T], Generic[T]):
     """Named entries of one kind (`kind` is how messages name it: "policy loss", "engine")."""
 
-    def __init__(
-        self,
-        kind: str,
-        builtins: str | None = None,
-        check: Callable[[str, T], None] | None = None,
-    ) -> None:
+    def __init__(self, kind: str, check: Callable[[str, T], None] | None = None) -> None:
         self.kind = kind
         self._entries: dict[str, T] = {}
-        self._builtins = builtins
         self._check = check  # raises TypeError for an entry that cannot serve
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -65,20 +65,16 @@ class Registry(Mapping[str, T], Generic[T]):
         self._entries[name] = entry
 
     def entries(self) -> Mapping[str, T]:
-        """A read-only view of the entries by name, as registered so far (no plugin or built-in
-        loading on each read: for a hot loop that looks names up by the thousand)."""
+        """A read-only view of the entries by name, as registered so far (no plugin loading on
+        each read: for a hot loop that looks names up by the thousand)."""
         return MappingProxyType(self._entries)
 
     def unregister(self, name: str) -> None:
         """Remove `name` (tests, and a plugin that replaces its own entry)."""
         self._entries.pop(name, None)
 
-    def _load_builtins(self) -> None:
-        load_installed()  # installed plugins register before any name is looked up
-        if self._builtins is not None:
-            # A read while the module imports finds it in sys.modules: no recursion.
-            importlib.import_module(self._builtins)
-            self._builtins = None
+    def _load_plugins(self) -> None:
+        load_installed()  # installed plugins register before any name is looked up (once)
 
     def get_entry(self, name: str) -> T:
         """The entry under `name`; KeyError listing the registered names otherwise."""
@@ -93,19 +89,19 @@ class Registry(Mapping[str, T], Generic[T]):
         return f"must name a registered {self.kind} ({', '.join(self)})"
 
     def __getitem__(self, name: str) -> T:
-        self._load_builtins()
+        self._load_plugins()
         return self._entries[name]
 
     def __contains__(self, name: object) -> bool:
-        self._load_builtins()
+        self._load_plugins()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
-        self._load_builtins()
+        self._load_plugins()
         return iter(sorted(self._entries))
 
     def __len__(self) -> int:
-        self._load_builtins()
+        self._load_plugins()
         return len(self._entries)
 
     def __repr__(self) -> str:

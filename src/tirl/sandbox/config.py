@@ -15,26 +15,30 @@ formatter (`tirl.sandbox.format_result`) cuts it on the caller's side, with one 
 (`SHOWN_OUTPUT_CHARS`) for RL, evaluation, SFT demonstrations and synthesized data alike.
 
 A transport is one file: a factory `(SandboxConfig) -> SandboxClient` registered with
-`@SANDBOX_TRANSPORTS.register("name")` (the built-in ones are in `tirl.sandbox.transports`).
-`make_sandbox(cfg)` builds the client; entering it starts it, so an unreachable server or a
-cluster that cannot be joined is a one-line `SandboxError` before any other work.
+`@SANDBOX_TRANSPORTS.register("name")` (`tirl.sandbox.registration`; the built-in ones are in
+`tirl.sandbox.transports`, which this module imports, so the `SANDBOX_TRANSPORTS` it re-exports
+holds them). `make_sandbox(cfg)` builds the client; entering it starts it, so an unreachable
+server or a cluster that cannot be joined is a one-line `SandboxError` before any other work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
+import tirl.sandbox.transports  # noqa: F401  (registers the built-in transports)
 from tirl.config import ConfigError, setting
-from tirl.registry import Registry
 from tirl.sandbox.api import SandboxClient
 from tirl.sandbox.formatter import SHOWN_OUTPUT_CHARS
+from tirl.sandbox.registration import SANDBOX_TRANSPORTS, SandboxFactory
 
-SandboxFactory = Callable[["SandboxConfig"], SandboxClient]
-
-SANDBOX_TRANSPORTS: Registry[SandboxFactory] = Registry(
-    "sandbox transport", builtins="tirl.sandbox.transports"
-)
+__all__ = [
+    "DEFAULT_PRELOAD",
+    "SANDBOX_TRANSPORTS",
+    "SandboxConfig",
+    "SandboxFactory",
+    "make_sandbox",
+    "modules_problem",
+]
 
 # The modules every session starts with already imported (copy-on-write from the zygote).
 DEFAULT_PRELOAD = ("math", "fractions", "itertools")

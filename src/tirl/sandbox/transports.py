@@ -1,11 +1,17 @@
 """The built-in sandbox transports, registered by name in `SANDBOX_TRANSPORTS`
-(`tirl.sandbox.config`). Each factory imports its transport only when it is asked for, so the
-`ray` entry costs nothing where Ray is not installed."""
+(`tirl.sandbox.registration`; `tirl.sandbox.config`, which reads it, imports this module). Each
+factory imports its transport only when it is asked for, so the `ray` entry costs nothing where
+Ray is not installed."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tirl.sandbox.api import SandboxClient
-from tirl.sandbox.config import SANDBOX_TRANSPORTS, SandboxConfig
+from tirl.sandbox.registration import SANDBOX_TRANSPORTS
+
+if TYPE_CHECKING:  # an annotation only: tirl.sandbox.config imports this module
+    from tirl.sandbox.config import SandboxConfig
 
 
 @SANDBOX_TRANSPORTS.register("local")

@@ -1,9 +1,12 @@
 """Task sources by name, and weighted mixtures of them.
 
-A source is registered with its parameters as a dataclass (`@register_source("name")` on a
-class whose fields are its config keys, built with `tirl.config.from_dict`, so a misspelt key
-or a value out of range is a one-line `ConfigError` naming `data.train[0].key`). A config
-entry is a mapping: `{source: NAME, weight: W, <the source's keys>}`.
+A source is registered with its parameters as a dataclass (`@register_source("name")`, from
+`tirl.tasks.registration`, on a class whose fields are its config keys); it is built here with
+`tirl.config.from_dict`, so a misspelt key or a value out of range is a one-line `ConfigError`
+naming `data.train[0].key`. A config entry is a mapping: `{source: NAME, weight: W, <the
+source's keys>}`. This module imports the built-in sources (`tirl.tasks.sources`), so the
+`SOURCES` it re-exports holds them; they import only `tirl.tasks.registration`, never this
+module.
 
 `Mixture` interleaves sources by weight, deterministically: position i of a split goes to the
 source whose smooth weighted round-robin turn it is (every source gets its share of every
@@ -18,24 +21,21 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import tirl.tasks.sources  # noqa: F401  (registers the built-in sources)
 from tirl.config import ConfigError, from_dict
-from tirl.registry import Registry
 from tirl.tasks.base import SPLITS, Task, TaskSource
+from tirl.tasks.registration import SOURCES, register_source
 
-
-def _check_source(name: str, cls: type) -> None:
-    if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"task source {name!r} must be a dataclass of its parameters")
-
-
-# name -> the source's parameter dataclass (it builds the source). The built-in sources
-# register themselves when `tirl.tasks.sources` is imported, on the first read, so this module
-# stays free of their dependencies until a source is asked for.
-SOURCES: Registry[type] = Registry("task source", "tirl.tasks.sources", _check_source)
-
-# Class decorator: register a source dataclass under a name. Its instances are task sources
-# (they have `item`, `size`, `demonstration` and `name`).
-register_source = SOURCES.register
+__all__ = [
+    "EVAL_ENTRY_KEYS",
+    "SOURCES",
+    "Mixture",
+    "entry_weight",
+    "eval_set_tasks",
+    "make_source",
+    "register_source",
+    "source_names",
+]
 
 
 def source_names() -> list[str]:

@@ -1,5 +1,4 @@
-"""The tool interface: what a tool is, the registry of tools, and how a run's tools are
-combined with its protocol.
+"""The tool interface: what a tool is, and the registry of tools with its decorator.
 
 A tool is one file with one class registered by name (`@register_tool("shell")`). It says
 
@@ -15,29 +14,22 @@ What a tool cannot choose is where the result goes: it is always written inside 
 output block (```` ```output ````, `<interpreter>`) as a tool segment, and tool segments are
 masked from the loss (architecture.md invariant 2), whatever the tool.
 
-A run enables some tools (`tools: [python, shell]`, default `[python]`). `toolset_protocol`
-gives the protocol that detects the blocks of every registered tool that has markers in it:
-the enabled ones run, and a block for a registered tool that is not enabled is answered with
-one line (`disabled_message`) instead of being run. Why not let it pass as plain text: the
-model would go on as if the block had run and usually write its own "output" after it, which
-is then trained on as model tokens; the one-line refusal is what the budget-spent block
-already gets, so every closed block is answered the same way. Tools registered by a module
-that is not imported are unknown, and their blocks are plain text.
+This module is what a tool's file imports to register; it imports no tool. How a run's tools
+combine with its protocol (`toolset_protocol`, `tools_problem`, ...) is `tirl.tools.toolset`,
+which imports the built-in tools (`tirl.tools.builtins`): the dependency runs one way, readers
+-> built-in tools -> this module. `tirl.tools` imports both, so `TOOLS` read through any
+`tirl.tools` module holds the built-in tools.
 """
 
 from __future__ import annotations
 
 import abc
-import dataclasses
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from tirl.config import ConfigError
-from tirl.protocol import DEFAULT_TOOL, Protocol, ToolBlock
+from tirl.protocol import Protocol, ToolBlock
 from tirl.registry import Registry
 from tirl.sandbox import SessionBase
-
-DEFAULT_TOOLS = (DEFAULT_TOOL,)  # what a run enables unless its config says otherwise
 
 
 @dataclass(frozen=True)
@@ -91,7 +83,7 @@ def _check(name: str, entry: Tool) -> None:
         raise TypeError(f"tool {name!r} must be a tirl.tools.Tool, got {type(entry).__name__}")
 
 
-TOOLS: Registry[Tool] = Registry("tool", builtins="tirl.tools.builtins", check=_check)
+TOOLS: Registry[Tool] = Registry("tool", check=_check)
 
 
 def register_tool(name: str) -> Callable[[type[Tool]], type[Tool]]:
@@ -103,51 +95,3 @@ def register_tool(name: str) -> Callable[[type[Tool]], type[Tool]]:
         return cls
 
     return add
-
-
-def tools_problem(names: Sequence[str]) -> str | None:
-    """Why `names` is not a valid tool set (a config field's check), or None."""
-    if not names:
-        return f"must enable at least one tool (registered: {', '.join(TOOLS)})"
-    if len(set(names)) != len(names):
-        return f"must not repeat a tool, got {list(names)}"
-    for name in names:
-        if name not in TOOLS:
-            return f"must list registered tools; {name!r} is not one ({', '.join(TOOLS)})"
-    return None
-
-
-def toolset_protocol(protocol: Protocol, enabled: Sequence[str] = DEFAULT_TOOLS) -> Protocol:
-    """`protocol` detecting the blocks of the enabled tools (in their order) and then of every
-    other registered tool that has markers in it (`enabled` False: refused, not run). The
-    result is what a run writes and reads in: its `enabled_tools` are the run's tools.
-
-    ConfigError (one line) for an unknown tool, or an enabled tool without markers here."""
-    problem = tools_problem(enabled)
-    if problem:
-        raise ConfigError(f"tools {problem}", "tools")
-    base = protocol.with_blocks(())  # the protocol's own code block is the Python tool's
-    blocks = []
-    for name in [*enabled, *(n for n in TOOLS if n not in enabled)]:
-        block = TOOLS[name].block(base)
-        if block is None and name in enabled:
-            raise ConfigError(
-                f"tools: {name!r} has no block markers for protocol {protocol.name!r}"
-                f" (it has: {', '.join(TOOLS[name].markers) or 'none'})",
-                "tools",
-            )
-        if block is not None:
-            blocks.append(dataclasses.replace(block, enabled=name in enabled))
-    return protocol.with_blocks(tuple(blocks))
-
-
-def disabled_message(tool: str, enabled: Sequence[str]) -> str:
-    """The one line a block for a registered tool that the run did not enable gets."""
-    return f"Tool {tool!r} is not enabled in this run (enabled: {', '.join(enabled)}): not run."
-
-
-def tools_prompt(protocol: Protocol, enabled: Sequence[str]) -> str:
-    """The system-prompt lines of the enabled tools other than Python, joined by spaces: what
-    a protocol's default system prompt (which explains the Python block) is followed by."""
-    lines = [TOOLS[n].prompt_line(protocol.with_blocks(())) for n in enabled if n != DEFAULT_TOOL]
-    return " ".join(line for line in lines if line)

@@ -17,7 +17,7 @@ def registered() -> dict[str, list[str]]:
     from tirl.rollout.engines import ENGINES
     from tirl.sandbox.config import SANDBOX_TRANSPORTS
     from tirl.tasks.registry import SOURCES
-    from tirl.tools.base import TOOLS
+    from tirl.tools import TOOLS
 
     points: dict[str, Iterable[str]] = {
         "task sources (data.*[].source)": SOURCES,

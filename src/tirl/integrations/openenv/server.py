@@ -30,7 +30,6 @@ from tirl.cliargs import bind_host, number
 from tirl.config import ConfigError, apply_overrides, from_dict
 from tirl.httpauth import is_loopback
 from tirl.integrations.openenv import require_openenv
-from tirl.tasks.registry import make_source
 
 LISTENING = "tirl openenv: listening on http://{host}:{port}"
 
@@ -38,6 +37,10 @@ LISTENING = "tirl openenv: listening on http://{host}:{port}"
 def make_app(entry: Mapping[str, Any], seed: int = 0, settings=None, where: str = "source"):
     """The FastAPI app of OpenEnv's server over the task source `entry` names (checked first:
     a ConfigError naming `where`), with `settings` (`OpenEnvSettings`; None: the defaults)."""
+    # Here, not at the top: the command line imports this module for its parser, and the
+    # source readers import every built-in source.
+    from tirl.tasks.registry import make_source
+
     source = make_source(entry, where, seed)
     require_openenv()
     from fastapi.responses import JSONResponse

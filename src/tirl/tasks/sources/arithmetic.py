@@ -14,7 +14,7 @@ from tirl.config import setting
 from tirl.envs.arithmetic import KINDS, ArithmeticEnv, ArithmeticItem
 from tirl.rewards.answer import extract_boxed, normalize_integer_answer
 from tirl.tasks.base import Code, DemoPart, Score, Task, Think
-from tirl.tasks.registry import register_source
+from tirl.tasks.registration import register_source
 
 ANSWER_TEMPLATE = "The answer is \\boxed{{{answer}}}."
 # Text-only answers are guesses; a different lead-in keeps a model that learns both styles

@@ -21,7 +21,7 @@ from typing import Any
 
 from tirl.config import ConfigError, setting
 from tirl.tasks.base import SPLITS, DemoPart, Task
-from tirl.tasks.registry import register_source
+from tirl.tasks.registration import register_source
 from tirl.tasks.sources.dataset import score_math
 from tirl.tasks.sources.races import operator_task
 

@@ -47,7 +47,7 @@ from typing import Any
 from tirl.config import ConfigError, setting
 from tirl.rewards.answer import extract_boxed
 from tirl.tasks.base import SPLITS, DemoPart, Score, Task
-from tirl.tasks.registry import register_source
+from tirl.tasks.registration import register_source
 
 HF_PREFIX = "hf:"
 _HASH_SPACE = 2**64

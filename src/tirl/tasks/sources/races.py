@@ -46,7 +46,7 @@ from tirl.envs.operators import OPERATORS, OperatorTask, answer_block, score
 from tirl.envs.seeding import split_of
 from tirl.envs.types import AnswerError
 from tirl.tasks.base import SPLITS, Code, DemoPart, Score, Task, Think
-from tirl.tasks.registry import register_source
+from tirl.tasks.registration import register_source
 
 
 def score_operator(task: OperatorTask, model_text: str, registry: Registry = REGISTRY) -> Score:

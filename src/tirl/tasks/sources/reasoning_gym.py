@@ -46,7 +46,7 @@ from typing import Any
 from tirl.config import ConfigError, setting
 from tirl.envs.seeding import SPLITS, split_of
 from tirl.tasks.base import DemoPart, Score, Scorer, Task
-from tirl.tasks.registry import register_source
+from tirl.tasks.registration import register_source
 
 INSTALL_HINT = "pip install 'tirl[reasoning-gym]'"
 ANSWER_REQUEST = "Give only your final answer inside <answer></answer> tags, at the end."

@@ -36,7 +36,7 @@ from typing import Any
 from tirl.config import ConfigError, setting
 from tirl.envs.seeding import split_of
 from tirl.tasks.base import SPLITS, Score, Task
-from tirl.tasks.registry import register_source
+from tirl.tasks.registration import register_source
 
 INSTALL = "pip install 'tirl[verifiers]'"
 
