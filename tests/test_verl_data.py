@@ -176,9 +176,8 @@ def test_a_run_config_exports_its_train_mixture_and_its_eval_sets(tmp_path):
     config = write_config(
         tmp_path / "run.yaml",
         {
-            "protocol": "agentmath_tags",
+            "protocol": {"name": "agentmath_tags", "boundary": "stop_token"},
             "seed": 3,
-            "rl": {"boundary": "stop_token"},
             "prompt": {"system": "Be brief."},
             "data": {
                 "train": [{"source": "arithmetic", "weight": 2}, {**SMALL_RACES, "weight": 1}],

@@ -45,9 +45,9 @@ def test_tirl_train_runs_on_a_verifiers_environment(tmp_path):
     ]
     assert sorted(r["step"] for r in records if r["phase"] == "rl") == [0, 1, 2]
     samples = (tmp_path / "v" / "samples" / "code_rl_heldout.jsonl").read_text().splitlines()
-    scored = [json.loads(line)["meta"] for line in samples]
-    assert scored and all(s["reason"].startswith("exact_match=") for s in scored)  # its own reward
-    assert all(s["question"].startswith("What is ") for s in scored)
+    scored = [json.loads(line) for line in samples]
+    assert scored and all(s["score"]["reason"].startswith("exact_match=") for s in scored)
+    assert all(s["meta"]["question"].startswith("What is ") for s in scored)
 
 
 def test_the_recipe_loads():
