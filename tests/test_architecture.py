@@ -458,3 +458,43 @@ def test_a_registrys_readers_hold_its_built_ins_and_the_task_interface_stays_lig
         env={**os.environ, "PYTHONPATH": str(SRC), "TIRL_PLUGINS_AUTOLOAD": "0"},
     )
     assert done.returncode == 0, done.stderr
+
+
+# What is built in one place only (architecture.md, "Scale"): the class -> the modules that may
+# construct it. Everything else asks the builder (`tirl.train.runtime`, the engine and sandbox
+# transport registries), so a run, an evaluation and a server cannot drift apart.
+BUILT_IN_ONE_PLACE: dict[str, dict[str, str]] = {
+    "RolloutSettings": {"tirl.train.runtime": "phase_settings"},
+    "Sandbox": {
+        "tirl.sandbox.transports": "the local transport",
+        "tirl.sandbox.ray_pool": "the Ray transport's actor runs a local sandbox on its node",
+    },
+    "HTTPSandbox": {"tirl.sandbox.transports": "the http transport"},
+    "RaySandboxPool": {"tirl.sandbox.transports": "the ray transport"},
+    "HFEngine": {"tirl.rollout.engines": "the hf engine"},
+    "OpenAIEngine": {"tirl.rollout.engines": "the openai engine"},
+    "Router": {"tirl.rollout.engines": "the openai engine over several servers"},
+    "VLLMEngine": {"tirl.rollout.engines": "the vllm engine"},
+    # verl's server manager is handed to the agent loop per request by verl itself; the
+    # registry's EngineSpec (config in, engine out) cannot make it.
+    "VerlServerEngine": {"tirl.integrations.verl.agent_loop": "verl's per-request engine"},
+}
+
+
+def test_settings_sandboxes_and_engines_are_each_built_in_one_place():
+    built: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+                if name in BUILT_IN_ONE_PLACE:
+                    built.setdefault(name, set()).add(f"{module}:{node.lineno}")
+    stray = [
+        where
+        for name, places in built.items()
+        for where in places
+        if where.split(":")[0] not in BUILT_IN_ONE_PLACE[name]
+    ]
+    assert not stray, f"built outside their one builder: {sorted(stray)}"
+    assert set(built) == set(BUILT_IN_ONE_PLACE), "a class here is no longer built at all"
