@@ -259,6 +259,67 @@ class RLStage:
     tool_budget: int = setting(range=">= 0", doc="tool calls per trajectory in this stage")
 
 
+@dataclass
+class CurriculumConfig:
+    """A pass-rate curriculum over the RL task stream (`tirl.train.curriculum`): tasks fall in
+    buckets by their `meta` values (`key`), each bucket's recent group pass rate is tracked,
+    and the stream draws from buckets whose rate is inside `band`, opening harder ones (by
+    `order_by`) as the open ones saturate. Off by default: the stream is then the mixture's
+    own order, exactly."""
+
+    enabled: bool = setting(False, doc="draw RL tasks by bucket pass rate instead of in order")
+    key: list[str] = setting(
+        factory=lambda: ["operator", "size"],
+        doc="meta fields whose values name a task's bucket ('source' is the task's source)",
+        check=lambda v: None if v and len(set(v)) == len(v) else "must list distinct fields",
+    )
+    band: list[float] = setting(
+        factory=lambda: [0.2, 0.8],
+        range="[0, 1]",
+        doc="[low, high] target group pass rate: buckets inside it are trained on",
+    )
+    window: int = setting(8, ">= 1", "a bucket's rate is the mean of its last this many groups")
+    min_groups: int = setting(2, ">= 1", "groups a bucket needs before its rate counts")
+    explore: float = setting(
+        0.1,
+        "[0, 1]",
+        "share of draws for buckets outside the band, untried ones and the next harder level",
+    )
+    order_by: str | None = setting(
+        "size",
+        doc="numeric key field ordering buckets by difficulty (higher: harder); null: every"
+        " bucket open from the start",
+    )
+    widen_share: float = setting(
+        0.5,
+        "(0, 1]",
+        "open the next level once this share of the hardest open level's buckets is above the band",
+    )
+    lookahead: int = setting(
+        64, ">= 1", "stream items scanned ahead to find a bucket's next task (and per queue)"
+    )
+
+    def validate(self) -> None:
+        if len(self.band) != 2:
+            raise ConfigError(f"band must be [low, high], got {self.band}", "rl.curriculum.band")
+        if self.band[0] > self.band[1]:
+            raise ConfigError(
+                f"band's low ({self.band[0]}) must not exceed its high ({self.band[1]})",
+                "rl.curriculum.band",
+            )
+        if self.min_groups > self.window:
+            raise ConfigError(
+                f"min_groups ({self.min_groups}) must not exceed window ({self.window}): a"
+                " rate is the mean of at most window groups",
+                "rl.curriculum.min_groups",
+            )
+        if self.order_by is not None and self.order_by not in self.key:
+            raise ConfigError(
+                f"order_by {self.order_by!r} must be one of the key fields {self.key}",
+                "rl.curriculum.order_by",
+            )
+
+
 # ------------------------------------------------------------ RL: names checked in registries
 # The algorithm switches of RLConfig name entries of live registries, not copied lists: an
 # estimator, loss or reward registered by a user's module (docs/extending.md) is accepted like
@@ -551,6 +612,10 @@ class RLConfig:
     )
     checkpoint_every: int = setting(
         0, ">= 0", "steps between resumable checkpoints; 0 = only at the end"
+    )
+    curriculum: CurriculumConfig = setting(
+        factory=CurriculumConfig,
+        doc="pass-rate curriculum over the task stream (issue 32); off by default",
     )
 
     def validate(self) -> None:

@@ -87,6 +87,7 @@ from tirl.tasks.prompts import PLAIN_TEMPLATE
 from tirl.tasks.scoring import score_trajectory
 from tirl.train.batch import collate
 from tirl.train.config import RLConfig
+from tirl.train.curriculum import Curriculum
 from tirl.train.distributed import DistContext, gather_in_order, grad_norm_value, sum_over_ranks
 from tirl.train.metrics import MetricsLogger
 from tirl.train.runtime import phase_settings
@@ -196,7 +197,11 @@ class RLTrainer:
         real `finish_reason`."""
         self.model = model
         self.rollout = rollout
-        self.task_at = task_at
+        # With `rl.curriculum` on, position i is the curriculum's draw, not the stream's i-th.
+        self.curriculum = (
+            Curriculum(task_at, cfg.curriculum, seed) if cfg.curriculum.enabled else None
+        )
+        self.task_at = self.curriculum.task_at if self.curriculum is not None else task_at
         self.prompt_of = prompt_of or plain_prompt
         self.cfg = cfg
         self.pad_id = pad_id
@@ -293,6 +298,8 @@ class RLTrainer:
         """Metas of the next `n` tasks' trajectories (this rank's share of them)."""
         first = self.state.next_task
         self.state.next_task += n
+        if self.curriculum is not None:  # every rank draws every position, in order
+            self.curriculum.assign(first + n)
         return [
             {"task": i, "seed": trajectory_seed(self.seed, i, j)}
             for i in range(first + self.shard.rank, first + n, self.shard.world)
@@ -379,6 +386,9 @@ class RLTrainer:
                 ok = [t for t in group if t.finish_reason not in FAILED]
                 failed += len(group) - len(ok)
                 finished += ok
+                if self.curriculum is not None and ok:  # failures say nothing of the policy
+                    pass_rate = sum(t.correct for t in ok) / len(ok)
+                    self.curriculum.observe(group[0].meta["task"], pass_rate)
                 rewards = [t.meta["reward"] for t in ok]
                 if not ok or (cfg.adaptive_batch and len(set(rewards)) == 1):
                     dropped += 1
@@ -409,6 +419,8 @@ class RLTrainer:
             )
         if self.pool is not None:
             stats["batch/groups_in_flight"] = self.groups_in_flight()
+        if self.curriculum is not None:
+            stats.update(self.curriculum.step_metrics())
         return batch, stats
 
     async def step(self) -> dict:
@@ -626,6 +638,8 @@ class RLTrainer:
                 "ready": [[x.to_dict() for x in group] for group in self.ready],
                 "config": dataclasses.asdict(self.cfg),
             }
+            if self.curriculum is not None:  # the draws so far and the rates behind the next
+                payload["curriculum"] = self.curriculum.state_dict()
             from tirl.files import open_replacing  # whole or not at all; ENOSPC as OSError
 
             with open_replacing(path) as f:  # a crash while saving keeps the previous one
@@ -667,4 +681,12 @@ class RLTrainer:
         self.restart = payload["restart"]
         ready = payload.get("ready", [])  # absent from checkpoints written before it was kept
         self.ready = [[Trajectory.from_dict(x) for x in group] for group in ready]
+        if self.curriculum is not None:
+            if "curriculum" not in payload:
+                raise ConfigError(
+                    f"rl.curriculum.enabled: the checkpoint {path} was written without the"
+                    " curriculum; resume with it off, or delete the folder to start RL over",
+                    "rl.curriculum.enabled",
+                )
+            self.curriculum.load_state_dict(payload["curriculum"])
         self.engine_current = False  # the next step pushes the restored weights first
