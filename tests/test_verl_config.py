@@ -208,6 +208,14 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("rl.stages", [{"max_model_tokens": 80, "tool_budget": 5}], []),
     ("rl.expansion_threshold", 0.2, []),
     ("rl.checkpoint_every", 5, []),
+    ("rl.curriculum.key", ["size"], []),
+    ("rl.curriculum.band", [0.1, 0.9], []),
+    ("rl.curriculum.window", 4, []),
+    ("rl.curriculum.min_groups", 1, []),
+    ("rl.curriculum.explore", 0.2, []),
+    ("rl.curriculum.order_by", None, []),
+    ("rl.curriculum.widen_share", 0.8, []),
+    ("rl.curriculum.lookahead", 16, []),
     ("eval.samples_per_item", 0, []),
     ("eval.temperature", 0.5, []),
     ("eval.max_model_tokens", 200, []),
@@ -223,6 +231,7 @@ NOT_PERTURBED = {
     "rl.advantage_params": "refused when set",
     "rl.policy_loss": "refused unless ppo_clip",
     "rl.policy_loss_params": "refused when set",
+    "rl.curriculum.enabled": "refused when on",
     "rollout.engine": "only hf trains without an engine installed (vllm), openai cannot train",
     "rollout.urls": "read only by engines that are clients, which cannot train",
 }
@@ -342,6 +351,7 @@ REFUSALS = [
         ],
     ),
     ("device", ["device=mps"]),
+    ("rl.curriculum.enabled", ["rl.curriculum.enabled=true"]),
 ]
 
 

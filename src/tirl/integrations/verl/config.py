@@ -135,6 +135,12 @@ def check_expressible(cfg: RunConfig) -> None:
             "seq-mean-token-sum-norm with rl.stages: tirl divides by the current stage's"
             " model-token limit, verl's loss_scale_factor is one constant",
         )
+    if rl.curriculum.enabled:
+        raise _refusal(
+            "rl.curriculum.enabled",
+            "verl reads a fixed parquet in its dataloader's order; the pass-rate curriculum"
+            " runs in tirl's own trainer only (docs/verl.md)",
+        )
     if not re.fullmatch(r"cuda(:\d+)?|cpu", cfg.device):
         raise _refusal("device", f"{cfg.device!r}: verl runs on cuda (or cpu for checks)")
 

@@ -317,6 +317,28 @@ MAPPING: dict[str, Row] = {
     ),
     "rl.expansion_threshold": _loop("truncation rate that moves the loop to the next stage"),
     "rl.checkpoint_every": _verl("trainer.save_freq", note="0: only at the end (= rl.steps)"),
+    "rl.curriculum.enabled": _none(
+        "refused when on: verl reads a fixed parquet in its dataloader's order; tirl's"
+        " curriculum draws from its own task stream (docs/verl.md says what verl would need)"
+    ),
+    "rl.curriculum.key": _none("read only with rl.curriculum.enabled, refused in a verl launch"),
+    "rl.curriculum.band": _none("read only with rl.curriculum.enabled, refused in a verl launch"),
+    "rl.curriculum.window": _none("read only with rl.curriculum.enabled, refused in a verl launch"),
+    "rl.curriculum.min_groups": _none(
+        "read only with rl.curriculum.enabled, refused in a verl launch"
+    ),
+    "rl.curriculum.explore": _none(
+        "read only with rl.curriculum.enabled, refused in a verl launch"
+    ),
+    "rl.curriculum.order_by": _none(
+        "read only with rl.curriculum.enabled, refused in a verl launch"
+    ),
+    "rl.curriculum.widen_share": _none(
+        "read only with rl.curriculum.enabled, refused in a verl launch"
+    ),
+    "rl.curriculum.lookahead": _none(
+        "read only with rl.curriculum.enabled, refused in a verl launch"
+    ),
     # ---- evaluation: verl's validation pass
     "eval.samples_per_item": _verl(
         f"{_ROLLOUT}.val_kwargs.n",
