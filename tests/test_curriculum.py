@@ -368,3 +368,27 @@ def test_a_checkpoint_written_without_the_curriculum_is_refused_with_it_on(
     with pytest.raises(ConfigError) as err:
         asyncio.run(main())
     assert err.value.key == "rl.curriculum.enabled" and "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------------------- end to end
+
+
+def test_a_tirl_train_run_with_the_curriculum_logs_the_bucket_rates_every_rl_step(tmp_path):
+    from tiny_run import RL_STEPS, run, train_cmd
+
+    on = ["rl.curriculum.enabled=true", "rl.curriculum.key=[kind]", "rl.curriculum.order_by=null"]
+    done = run(train_cmd(tmp_path, "cur", *on, "rl.curriculum.min_groups=1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = (tmp_path / "cur" / "metrics.jsonl").read_text().splitlines()
+    rl = [r for r in map(json.loads, lines) if r["phase"] == "rl"]
+    assert len(rl) == RL_STEPS
+    for record in rl:
+        shares = [v for k, v in record.items() if k.endswith("/share")]
+        assert sum(shares) == pytest.approx(1.0)  # every drawn task is in some bucket
+        assert any(k.endswith("/pass_rate") for k in record)
+    assert "curriculum" in (tmp_path / "cur" / "config.yaml").read_text()
+
+    bad = run(train_cmd(tmp_path, "bad", "rl.curriculum.enabled=true"))  # arithmetic: no size
+    line = bad.stderr.strip()
+    assert bad.returncode == 2 and "\n" not in line, bad.stderr[-2000:]
+    assert "rl.curriculum.key" in line and "'operator' is not a field" in line

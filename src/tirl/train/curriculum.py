@@ -137,6 +137,19 @@ def pick(weights: Mapping[str, float], u: float) -> str:
     return names[-1]  # rounding: u just below 1
 
 
+def check_bucket_fields(cfg, task: Task) -> None:
+    """ConfigError naming `rl.curriculum.key` unless `task` (the stream's first) has every key
+    field in its meta (or it is `source`)."""
+    fields = {"source", *task.meta}
+    for name in cfg.key:
+        if name not in fields:
+            raise ConfigError(
+                f"{WHERE}.key: {name!r} is not a field of the tasks' meta (task {task.id}"
+                f" has: {', '.join(sorted(fields))})",
+                f"{WHERE}.key",
+            )
+
+
 class Curriculum:
     """The curriculum over `stream` (module docstring), for settings `cfg`
     (`tirl.train.config.CurriculumConfig`). `task_at(i)` is trainer position i's task;
@@ -160,15 +173,7 @@ class Curriculum:
 
     # ------------------------------------------------------------------ buckets
     def check_fields(self, task: Task) -> None:
-        """ConfigError naming the key unless the first task has every key field."""
-        fields = {"source", *task.meta}
-        for name in self.cfg.key:
-            if name not in fields:
-                raise ConfigError(
-                    f"{WHERE}.key: {name!r} is not a field of the tasks' meta (task {task.id}"
-                    f" has: {', '.join(sorted(fields))})",
-                    f"{WHERE}.key",
-                )
+        check_bucket_fields(self.cfg, task)
 
     def bucket_of(self, task: Task) -> tuple[str, float | None]:
         """(name, level) of `task`'s bucket."""

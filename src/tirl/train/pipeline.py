@@ -89,6 +89,7 @@ from tirl.tasks.registry import eval_set_tasks
 from tirl.train import runtime
 from tirl.train.apart import run_apart
 from tirl.train.config import RunConfig
+from tirl.train.curriculum import check_bucket_fields
 from tirl.train.distributed import (
     DistContext,
     broadcast_weights,
@@ -195,6 +196,8 @@ class Pipeline:
         self.dist = dist
         self.is_main = dist is None or dist.is_main  # the one process that writes files
         self.mixture = Mixture.from_entries(cfg.data.train, "data.train", cfg.seed)
+        if cfg.rl.curriculum.enabled and cfg.rl.steps > 0:  # a bad key now, not after SFT
+            check_bucket_fields(cfg.rl.curriculum, self.mixture.item("train", cfg.sft.examples))
         self.eval_tasks = eval_sets(cfg, self.mixture)
         logs = run_dir / cfg.variants[0] if own_files else run_dir
         self.progress_path = logs / "eval_progress.json"
