@@ -370,6 +370,23 @@ def test_a_checkpoint_written_without_the_curriculum_is_refused_with_it_on(
     assert err.value.key == "rl.curriculum.enabled" and "\n" not in str(err.value)
 
 
+# ---------------------------------------------------------------------------- the report
+
+
+def test_the_report_plots_the_bucket_rates_only_when_a_run_logged_them(tmp_path):
+    from tirl.eval.report import write_plots
+
+    cur = curriculum(order_by=None)
+    records = []
+    for step in range(6):
+        simulate(cur, lambda b, c: KNOWN[size_of(b)], 8 * (step + 1), start=8 * step)
+        records.append({"variant": "code", "phase": "rl", "step": step, **cur.step_metrics()})
+    written = dict(write_plots(records, {}, tmp_path / "on"))
+    assert written["Curriculum buckets"].read_bytes().startswith(b"\x89PNG")
+    plain = [{k: v for k, v in r.items() if not k.startswith("curriculum/")} for r in records]
+    assert "Curriculum buckets" not in dict(write_plots(plain, {}, tmp_path / "off"))
+
+
 # ---------------------------------------------------------------------------- end to end
 
 
@@ -387,6 +404,8 @@ def test_a_tirl_train_run_with_the_curriculum_logs_the_bucket_rates_every_rl_ste
         assert sum(shares) == pytest.approx(1.0)  # every drawn task is in some bucket
         assert any(k.endswith("/pass_rate") for k in record)
     assert "curriculum" in (tmp_path / "cur" / "config.yaml").read_text()
+    assert (tmp_path / "cur" / "plots" / "curriculum.png").is_file()
+    assert "Curriculum buckets" in (tmp_path / "cur" / "report.md").read_text()
 
     bad = run(train_cmd(tmp_path, "bad", "rl.curriculum.enabled=true"))  # arithmetic: no size
     line = bad.stderr.strip()

@@ -9,7 +9,8 @@ Outputs, under the run folder:
 
 - `plots/*.png`: one figure per metric family, code vs text on the same axes, in the spirit of
   CIR's Figure 2 (response length over RL, with the interaction-budget stages marked) and
-  Figure 4 (code pass rate over RL);
+  Figure 4 (code pass rate over RL); with `rl.curriculum` on, each bucket's pass rate and
+  share drawn over RL (`curriculum.png`);
 - `report.md`: summary tables, the plots as relative image links, sample trajectories;
 - `report.html`: one self-contained file (plots inlined as base64, no external assets) whose
   sample trajectories are drawn by `tirl.eval.viewer`: model and interpreter tokens in two
@@ -437,6 +438,39 @@ def _eval_accuracy_figure(rows: list[dict], path: Path) -> bool:
     return True
 
 
+CURRICULUM_KEY = re.compile(r"curriculum/(.+)/(pass_rate|share)")
+
+
+def _curriculum_figure(records: list[dict], path: Path) -> bool:
+    """The curriculum's buckets over RL (`rl.curriculum`): per variant, each bucket's pass rate
+    and its share of the tasks drawn, one line per bucket; False when no record has them."""
+    rl = [r for r in records if r.get("phase") == "rl"]
+    keys = sorted({k for r in rl for k in r if CURRICULUM_KEY.fullmatch(k)})
+    variants = [
+        v for v in _variants(rl) if any(k in r for r in rl if r["variant"] == v for k in keys)
+    ]
+    if not keys or not variants:
+        return False
+    buckets = sorted({CURRICULUM_KEY.fullmatch(k).group(1) for k in keys})
+    fig, axes = _new_figure(2 * len(variants))
+    for i, variant in enumerate(variants):
+        for ax, what, label in zip(
+            axes[2 * i : 2 * i + 2], ("pass_rate", "share"), ("group pass rate", "share drawn")
+        ):
+            for bucket in buckets:
+                steps, values = _series(rl, variant, "rl", f"curriculum/{bucket}/{what}")
+                if values:
+                    ax.plot(steps, values, label=bucket, linewidth=1.2)
+            ax.set_title(f"{variant}: {label} by bucket", fontsize=10)
+            ax.set_xlabel("RL step")
+            ax.set_ylim(-0.05, 1.05)
+            ax.grid(True, alpha=0.3)
+        axes[2 * i].legend(frameon=False, fontsize=7, ncol=2)
+    fig.suptitle("Curriculum buckets")
+    fig.savefig(path, dpi=110)
+    return True
+
+
 def write_plots(records: list[dict], eval_results: dict, plots_dir: Path) -> list[tuple[str, Path]]:
     """Write every figure that has data; returns [(title, png path)] in display order."""
     plots_dir = Path(plots_dir)
@@ -463,6 +497,9 @@ def write_plots(records: list[dict], eval_results: dict, plots_dir: Path) -> lis
         path = plots_dir / f"{stem}.png"
         fig.savefig(path, dpi=110)
         written.append((title, path))
+    path = plots_dir / "curriculum.png"
+    if _curriculum_figure(records, path):
+        written.append(("Curriculum buckets", path))
     return written
 
 
