@@ -277,6 +277,9 @@ class CurriculumConfig:
         factory=lambda: [0.2, 0.8],
         range="[0, 1]",
         doc="[low, high] target group pass rate: buckets inside it are trained on",
+        check=lambda v: (
+            None if len(v) == 2 and v[0] <= v[1] else "must be [low, high], low <= high"
+        ),
     )
     window: int = setting(8, ">= 1", "a bucket's rate is the mean of its last this many groups")
     min_groups: int = setting(2, ">= 1", "groups a bucket needs before its rate counts")
@@ -300,13 +303,6 @@ class CurriculumConfig:
     )
 
     def validate(self) -> None:
-        if len(self.band) != 2:
-            raise ConfigError(f"band must be [low, high], got {self.band}", "rl.curriculum.band")
-        if self.band[0] > self.band[1]:
-            raise ConfigError(
-                f"band's low ({self.band[0]}) must not exceed its high ({self.band[1]})",
-                "rl.curriculum.band",
-            )
         if self.min_groups > self.window:
             raise ConfigError(
                 f"min_groups ({self.min_groups}) must not exceed window ({self.window}): a"
