@@ -203,6 +203,20 @@ def test_each_stream_item_is_drawn_at_most_once():
     assert len(set(positions)) == len(positions) == 500
 
 
+def test_the_default_key_buckets_races_tasks_by_operator_and_size_smallest_size_first():
+    from tirl.tasks.registry import Mixture
+
+    mixture = Mixture.from_entries([{"source": "races"}], "data.train", 0)
+    cur = Curriculum(lambda p: mixture.item("train", p), CurriculumConfig(enabled=True), 0)
+    assert cur.frontier == 2.0
+    assert {"sequential:2", "sequential:3", "parallel:2", "sort:2"} <= set(cur.levels)
+    cur.assign(32)
+    for position, bucket in cur.assigned:  # the bucket is the task's own operator and size
+        task = mixture.item("train", position)
+        assert bucket == f"{task.meta['operator']}:{task.meta['size']}"
+    assert {size_of(b) for _, b in cur.assigned} <= {2, 3}  # the open level and its probes
+
+
 # ---------------------------------------------------------------------------- resume
 
 
