@@ -51,9 +51,15 @@ sampling: at most two batches' worth of groups are ever open (the batch being tr
 the next one filling), so one long-running group does not hold up the others, and nothing
 grows without bound.
 
+Curriculum (`rl.curriculum`, `tirl.train.curriculum`): task position i is then the
+curriculum's draw rather than the stream's i-th item. Every position a round starts is drawn
+when it starts (on every rank alike), and every finished group's pass rate (its correct share,
+failed members aside) is fed back as the group completes, so later rounds and steps draw from
+the buckets whose rate is in the target band. Off, the stream is untouched.
+
 The trainer's whole state (model, optimizer, learning-rate schedule, RNG, step, stage, the
-position in the task stream and the groups waiting for the next update) goes into a
-checkpoint, and a resumed run continues exactly where the saved one would have. With partial
+position in the task stream, the curriculum's state and the groups waiting for the next
+update) goes into a checkpoint, and a resumed run continues exactly where the saved one would have. With partial
 rollouts, unfinished trajectories cannot be saved mid-sample (their sandbox sessions die with
 the process): they restart from their prompts after a resume, so that resume is not exact.
 """
