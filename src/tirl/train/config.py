@@ -202,6 +202,23 @@ class ModelConfig:
 
 
 @dataclass
+class SFTStage:
+    """One stage of a staged SFT (`sft.stages`): its own task mixture, trained on for its own
+    steps, e.g. RACES chains of size <= 2 until the model copies, then chains up to 4, so the
+    SFT model does not learn to close its answer after two steps."""
+
+    steps: int = setting(range=">= 1", doc="optimizer steps of this stage")
+    data: list[dict[str, Any]] = setting(
+        doc="task sources mixed for this stage's demonstrations, as data.train's:"
+        " [{source: NAME, weight: W, ...its keys}]"
+    )
+    examples: int | None = setting(
+        None, ">= 1", "demonstrations made from the stage mixture's first train items;"
+        " null = sft.examples"
+    )  # fmt: skip
+
+
+@dataclass
 class SFTConfig:
     """Supervised fine-tuning on demonstrations. Tool tokens carry loss mask 0.
 
@@ -246,6 +263,19 @@ class SFTConfig:
         0.5, "[0, 1]", "share of the code variant's demonstrations that use the interpreter"
     )
     mask_tool_output: bool = setting(True, doc="CIR §2.3.2: never fit interpreter tokens")
+    stages: list[SFTStage] = setting(
+        factory=list,
+        doc="staged SFT: [{steps: N, data: [{source: ...}], examples: E}], run in order on one"
+        " model, optimizer and learning-rate schedule (warm-up once, cosine over all stages);"
+        " when set, the stages' steps replace sft.steps and their data replaces data.train's"
+        " first sft.examples items; RL's tasks stay data.train's, after every item a stage saw."
+        " Not with sft.data",
+    )
+
+    @property
+    def total_steps(self) -> int:
+        """SFT's optimizer steps: the stages' together, or `steps` without stages."""
+        return sum(s.steps for s in self.stages) if self.stages else self.steps
 
 
 @dataclass
@@ -819,7 +849,7 @@ class RunConfig:
 
         engine = self.rollout.engine
         kind = ENGINES[engine]
-        if not kind.receives_weights and (self.rl.steps > 0 or self.sft.steps > 0):
+        if not kind.receives_weights and (self.rl.steps > 0 or self.sft.total_steps > 0):
             raise ConfigError(
                 f"rollout.engine {engine} cannot receive the trained weights, so training would"
                 f" sample from stale ones; set rl.steps: 0 and sft.steps: 0 to evaluate"
@@ -858,7 +888,17 @@ class RunConfig:
             source = {k: v for k, v in entry.items() if k not in EVAL_ENTRY_KEYS}
             if source:
                 make_source(source, f"data.eval[{i}]", self.seed)
-        if self.sft.steps == 0:
+        stages = [
+            Mixture.from_entries(stage.data, f"sft.stages[{k}].data", self.seed)
+            for k, stage in enumerate(self.sft.stages)
+        ]
+        if self.sft.stages and self.sft.data is not None:
+            raise ConfigError(
+                "sft.stages: stages draw the sources' built-in demonstrations, so they cannot be"
+                " combined with sft.data; drop one of them",
+                "sft.stages",
+            )
+        if self.sft.total_steps == 0:
             return
         wanted = set()  # use_tools values of the built-in demonstrations SFT will ask for
         if self.sft.data is not None and "code" in self.variants:
@@ -873,12 +913,20 @@ class RunConfig:
             wanted |= {False} if self.sft.code_share < 1 else set()
         if "text" in self.variants:
             wanted.add(False)
-        for i, (entry, source) in enumerate(zip(self.data.train, mixture.sources)):
-            task = source.item("train", 0)
-            if any(source.demonstration(task, use_tools) is None for use_tools in wanted):
-                fix = "variants: [code]" if self.sft.data else "sft.data to a tirl synth file"
-                raise ConfigError(
-                    f"data.train[{i}] ({entry.get('source')}) has no built-in demonstrations:"
-                    f" set {fix} or sft.steps: 0",
-                    f"data.train[{i}]",
-                )
+        if self.sft.stages:  # SFT's demonstrations come from the stages' sources only
+            mixes = [(f"sft.stages[{k}].data", st.data, m) for k, (st, m) in
+                     enumerate(zip(self.sft.stages, stages))]  # fmt: skip
+            fix = "name a source that has them in this stage"
+        else:
+            mixes = [("data.train", self.data.train, mixture)]
+            fix = "variants: [code]" if self.sft.data else "sft.data to a tirl synth file"
+            fix = f"set {fix} or sft.steps: 0"
+        for where, entries, mix in mixes:
+            for i, (entry, source) in enumerate(zip(entries, mix.sources)):
+                task = source.item("train", 0)
+                if any(source.demonstration(task, use_tools) is None for use_tools in wanted):
+                    raise ConfigError(
+                        f"{where}[{i}] ({entry.get('source')}) has no built-in demonstrations:"
+                        f" {fix}",
+                        f"{where}[{i}]",
+                    )

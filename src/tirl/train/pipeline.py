@@ -8,7 +8,10 @@ a tiny model and tokenizer made from scratch, nothing downloaded).
 What is read from the config:
 - tasks: `data.train`, a weighted mixture of registered task sources (`tirl.tasks`). SFT's
   demonstrations are the mixture's first `sft.examples` train items; RL task i is item
-  `sft.examples + i` (prompts SFT never saw). `data.eval` names the evaluation sets.
+  `sft.examples + i` (prompts SFT never saw). With `sft.stages`, each stage's demonstrations
+  are its own mixture's first items, trained on in order for the stage's steps, and RL starts
+  at the first data.train position past every item a stage saw (`first_rl_position`).
+  `data.eval` names the evaluation sets.
 - prompts: `prompt.chat` / `prompt.system` (`tirl.tasks.prompts.PromptRenderer`: plain text or
   the tokenizer's chat template, always as token ids); `protocol` (markdown fences or
   AgentMath tags) with `protocol.boundary`, the same in SFT, RL and evaluation.
@@ -102,7 +105,7 @@ from tirl.train.metrics import MetricsLogger
 from tirl.train.rl import RLTrainer
 from tirl.train.run_folder import run_folder
 from tirl.train.runtime import run_protocol
-from tirl.train.sft import train_sft
+from tirl.train.sft import train_sft, train_sft_stages
 
 # The tokenizer's texts: train items far past any run's for sources that make an item at any
 # position at no cost (arithmetic hashes its seed from the index; the quickstart's tokenizer has
@@ -155,6 +158,28 @@ def make_tokenizer(cfg: RunConfig, mixture: Mixture, protocol: Protocol):
     return train_tokenizer(texts, vocab_size=cfg.model.vocab_size)
 
 
+def first_rl_position(cfg: RunConfig, mixture: Mixture, stages: list[Mixture]) -> int:
+    """The data.train position of RL's first task. Without `sft.stages`, `sft.examples` (SFT
+    saw the items before it). With them, the first position past every item a stage's
+    demonstrations came from: an item is its source's (same keys) train index, so where a stage
+    shares a source with data.train, RL starts after the last index of it the stage used."""
+    if not cfg.sft.stages:
+        return cfg.sft.examples
+    seen: dict[str, int] = {}  # a source's repr (name and every key) -> indices a stage used
+    for stage, mix in zip(cfg.sft.stages, stages):
+        for position in range(stage.examples or cfg.sft.examples):
+            s, index = mix.turn(position)
+            key = repr(mix.sources[s])
+            seen[key] = max(seen.get(key, 0), index + 1)
+    need = [seen.get(repr(source), 0) for source in mixture.sources]
+    counts = [0] * len(mixture.sources)
+    position = 0
+    while any(c < n for c, n in zip(counts, need)):
+        counts[mixture.turn(position)[0]] += 1
+        position += 1
+    return position
+
+
 def drop_records(logger: MetricsLogger, variant: str, phase: str, from_step: int = 0) -> None:
     """Remove `metrics.jsonl` records of a phase that is about to be run again from
     `from_step`, so a resumed run logs every step exactly once."""
@@ -196,8 +221,13 @@ class Pipeline:
         self.dist = dist
         self.is_main = dist is None or dist.is_main  # the one process that writes files
         self.mixture = Mixture.from_entries(cfg.data.train, "data.train", cfg.seed)
+        self.stage_mixtures = [
+            Mixture.from_entries(stage.data, f"sft.stages[{k}].data", cfg.seed)
+            for k, stage in enumerate(cfg.sft.stages)
+        ]
+        self.rl_start = first_rl_position(cfg, self.mixture, self.stage_mixtures)
         if cfg.rl.curriculum.enabled and cfg.rl.steps > 0:  # a bad key now, not after SFT
-            check_bucket_fields(cfg.rl.curriculum, self.mixture.item("train", cfg.sft.examples))
+            check_bucket_fields(cfg.rl.curriculum, self.mixture.item("train", self.rl_start))
         self.eval_tasks = eval_sets(cfg, self.mixture)
         logs = run_dir / cfg.variants[0] if own_files else run_dir
         self.progress_path = logs / "eval_progress.json"
@@ -319,7 +349,23 @@ class Pipeline:
         cfg = self.cfg
         if self.is_main:
             drop_records(self.logger, variant, "sft")
-        if cfg.sft.steps > 0:
+        if cfg.sft.stages:
+            stages = []
+            for k, (stage, mix) in enumerate(zip(cfg.sft.stages, self.stage_mixtures)):
+                n = stage.examples or cfg.sft.examples
+                where = f"sft.stages[{k}].data"
+                demos = await self.demonstrations(use_tools, sandbox, mix, n, where)
+                stages.append((demos, stage.steps))
+            train_sft_stages(
+                model,
+                stages,
+                cfg.sft,
+                pad_id=self.tokenizer.pad_token_id,
+                seed=cfg.seed,
+                logger=self.logger,
+                variant=variant,
+            )
+        elif cfg.sft.steps > 0:
             demos = await self.demonstrations(use_tools, sandbox)
             train_sft(
                 model,
@@ -347,7 +393,7 @@ class Pipeline:
             trained = shard_model(copy.deepcopy(model), fsdp_policy(cfg.rl))
         finished = self.load_finished(model, self.run_dir / variant / "rl")
         rollout = self.rollout_for(variant, model, sandbox, use_tools)
-        first = cfg.sft.examples
+        first = self.rl_start
 
         def rl_task(i: int) -> Task:  # prompts SFT never saw
             return self.mixture.item("train", first + i)
@@ -406,26 +452,36 @@ class Pipeline:
         self.logger.log(record)
 
     # ------------------------------------------------------------------ demonstrations
-    async def demonstrations(self, use_tools: bool, sandbox: SandboxClient) -> list[Trajectory]:
+    async def demonstrations(
+        self,
+        use_tools: bool,
+        sandbox: SandboxClient,
+        mixture: Mixture | None = None,
+        n: int | None = None,
+        where: str = "data.train",
+    ) -> list[Trajectory]:
         """SFT data: the `sft.data` file for the code variant, else the sources' own
-        demonstrations: for the code variant a `sft.code_share` share with the interpreter
-        (their code run in the sandbox) and text answers for the rest."""
+        demonstrations of the first `n` (sft.examples) train items of `mixture` (data.train's,
+        or an SFT stage's, named `where`): for the code variant a `sft.code_share` share with
+        the interpreter (their code run in the sandbox) and text answers for the rest."""
         cfg = self.cfg
         if use_tools and cfg.sft.data is not None:
             return self.file_demonstrations(cfg.sft.data)
-        n = cfg.sft.examples
-        tasks = self.mixture.items("train", n)
+        mixture = self.mixture if mixture is None else mixture
+        n = cfg.sft.examples if n is None else n
+        tasks = mixture.items("train", n)
         if use_tools:
-            pick = random.Random(cfg.seed)
+            # data.train's picks as they always were; a stage's keyed by its name
+            pick = random.Random(cfg.seed if where == "data.train" else f"{cfg.seed}:{where}")
             with_code = [pick.random() < cfg.sft.code_share for _ in tasks]
         else:
             with_code = [False] * n
         parts_list = []
         for i, (task, code) in enumerate(zip(tasks, with_code)):
-            parts = self.mixture.source_of(i).demonstration(task, code)
+            parts = mixture.source_of(i).demonstration(task, code)
             if parts is None:  # checked at load; a source may still refuse one item
                 raise ConfigError(
-                    f"data.train: source {task.source!r} has no demonstration for {task.id}:"
+                    f"{where}: source {task.source!r} has no demonstration for {task.id}:"
                     " set sft.data to a tirl synth file or sft.steps: 0"
                 )
             parts_list.append(parts)

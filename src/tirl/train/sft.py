@@ -105,36 +105,61 @@ def train_sft(
     variant: str = "",
 ) -> float:
     """Train `model` in place for `cfg.steps` steps; returns the last loss."""
-    if not demos:
+    return train_sft_stages(
+        model, [(demos, cfg.steps)], cfg, pad_id=pad_id, seed=seed, logger=logger,
+        variant=variant, log_stage=False,
+    )  # fmt: skip
+
+
+def train_sft_stages(
+    model: torch.nn.Module,
+    stages: Sequence[tuple[Sequence[Trajectory], int]],
+    cfg: SFTConfig,
+    *,
+    pad_id: int,
+    seed: int,
+    logger: MetricsLogger | None = None,
+    variant: str = "",
+    log_stage: bool = True,
+) -> float:
+    """Train `model` in place on each stage's demonstrations for its steps, in order
+    (`sft.stages`); returns the last loss. One optimizer and one learning-rate schedule span
+    all stages (warm-up once, cosine over the steps of all stages: a later stage does not warm
+    up again), and the logged `step` counts on across stages; with `log_stage` each record
+    carries its stage's index as `sft/stage`."""
+    if any(not demos for demos, _ in stages):
         raise ValueError("SFT needs at least one demonstration")
+    total = sum(steps for _, steps in stages)
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: warmup_cosine(s, cfg.steps, cfg.warmup_steps)
+        optimizer, lambda s: warmup_cosine(s, total, cfg.warmup_steps)
     )
     generator = torch.Generator().manual_seed(seed)
     model.train()
     loss_value = float("nan")
-    bar = tqdm(range(cfg.steps), desc=f"{variant} SFT", leave=False)
-    lengths = [len(d.ids) for d in demos]
-    batches = length_grouped_batches(
-        lengths, cfg.batch_size, cfg.steps, cfg.length_window, generator
-    )
-    for step, rows in zip(bar, batches):
-        pace()  # torch's threads follow the free cores (tirl.cpu)
-        start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        loss_value, pad_share = sft_backward(
-            model, [demos[r] for r in rows], pad_id, cfg.mask_tool_output, cfg.micro_batches,
-            device,
-        )  # fmt: skip
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        bar.set_postfix(loss=f"{loss_value:.3f}")
-        if logger is not None:
-            logger.log(
-                {
+    bar = tqdm(range(total), desc=f"{variant} SFT", leave=False)
+    step = 0
+    for index, (demos, steps) in enumerate(stages):
+        lengths = [len(d.ids) for d in demos]
+        batches = length_grouped_batches(
+            lengths, cfg.batch_size, steps, cfg.length_window, generator
+        )
+        for rows in batches:
+            pace()  # torch's threads follow the free cores (tirl.cpu)
+            start = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            loss_value, pad_share = sft_backward(
+                model, [demos[r] for r in rows], pad_id, cfg.mask_tool_output, cfg.micro_batches,
+                device,
+            )  # fmt: skip
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_value:.3f}")
+            if logger is not None:
+                record = {
                     "variant": variant,
                     "phase": "sft",
                     "step": step,
@@ -144,6 +169,10 @@ def train_sft(
                     "train/pad_share": pad_share,
                     "time/step_s": time.perf_counter() - start,
                 }
-            )
+                if log_stage:
+                    record["sft/stage"] = index
+                logger.log(record)
+            step += 1
+    bar.close()
     model.eval()
     return loss_value
