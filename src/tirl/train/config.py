@@ -79,7 +79,8 @@ class DataConfig:
 
     `train` is a weighted mixture of source entries `{source: NAME, weight: W, ...its keys}`;
     SFT demonstrations are its first `sft.examples` train items and RL continues the same
-    stream after them (prompts SFT never saw). `eval` lists the evaluation sets, each
+    stream after them (prompts SFT never saw); with `sft.stages`, SFT draws from the stages'
+    mixtures and RL starts past every item they used. `eval` lists the evaluation sets, each
     `{name: NAME, items: N}` plus optionally a source entry's keys: without `source` it is the
     held-out `test` split of the train mixture; with one, that source's `test` split.
     """
