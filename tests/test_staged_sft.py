@@ -10,7 +10,7 @@ import json
 import pytest
 from tiny_run import TINY, run, train_cmd
 
-from tirl.config import ConfigError, load_config
+from tirl.config import ConfigError, dump_yaml, load_config
 from tirl.tasks import Mixture
 from tirl.train.config import RunConfig
 from tirl.train.pipeline import Pipeline, first_rl_position
@@ -39,6 +39,12 @@ def test_stages_parse_with_their_own_steps_data_and_examples():
     assert [s.examples for s in cfg.sft.stages] == [16, None]
     assert cfg.sft.total_steps == 5
     assert config().sft.stages == [] and config().sft.total_steps == config().sft.steps
+
+
+def test_the_resolved_config_with_stages_loads_back_as_it_was(tmp_path):
+    cfg = config(TWO_STAGES)
+    dump_yaml(cfg, tmp_path / "config.yaml")  # what a run folder keeps, read on --resume
+    assert load_config(RunConfig, tmp_path / "config.yaml").sft.stages == cfg.sft.stages
 
 
 @pytest.mark.parametrize(
