@@ -13,10 +13,11 @@ import pytest
 from tirl.cli import main
 from tirl.config import ConfigError
 from tirl.envs.core import REGISTRY
-from tirl.studies.races_report import heldout_score, mixture_check, verdict
+from tirl.studies.races_report import task_row, heldout_score, mixture_check, verdict
 from tirl.studies.races_tasks import (
     ARM_SPECS,
     ARMS,
+    CURRICULUM_ARMS,
     EVAL_SIZES,
     choose_pool,
     composition_key,
@@ -31,7 +32,10 @@ POOL = choose_pool(10, 2, 0)
 
 @pytest.fixture(scope="module")
 def tasks():
-    return study_tasks(POOL, 0, sft_items=300, arm_items=120, atomic_items=24, per_cell=3)
+    return study_tasks(
+        POOL, 0, sft_items=300, arm_items=120, atomic_items=24, per_cell=3, sft_sizes=(2, 4),
+        arm_seeds=(0, 1),
+    )  # fmt: skip
 
 
 def test_the_pool_is_short_int_environments_with_a_fifth_for_races_small():
@@ -45,7 +49,7 @@ def test_the_pool_is_short_int_environments_with_a_fifth_for_races_small():
 
 
 def test_held_out_sets_share_no_item_and_no_composition_with_any_training_set(tasks):
-    training = [*tasks.sft, *(t for ts in tasks.arms.values() for t in ts)]
+    training = [*(t for ts in [*tasks.sft, *tasks.arms.values()] for t in ts)]
     trained_compositions = {composition_key(t) for t in training if len(t.envs) > 1}
     trained_items = {item_key(t) for t in training}
     trained_prompts = {t.prompt for t in training}
@@ -75,25 +79,44 @@ def test_held_out_sets_share_no_item_and_no_composition_with_any_training_set(ta
 
 
 def test_every_arm_draws_its_own_mixture(tasks):
-    for arm in ARMS:
+    for (arm, _), rows in tasks.arms.items():
         spec = ARM_SPECS[arm]
-        rows = tasks.arms[arm]
         pool = set(POOL.small if spec.small_pool else POOL.train)
         assert rows, arm
         assert {t.operator for t in rows} <= set(spec.mixture), arm
         assert all(spec.sizes[0] <= len(t.envs) <= spec.sizes[1] for t in rows), arm
         assert {e for t in rows for e in t.envs} <= pool, arm
-    assert {t.operator for t in tasks.arms["races"]} == {"sequential", "parallel", "sort", "select"}
-    # SFT shows every answer format on short tasks: atomic ones and compositions of size 2
-    assert {len(t.envs) for t in tasks.sft} == {1, 2}
-    assert {t.operator for t in tasks.sft} == {"sequential", "parallel", "sort", "select"}
+        assert {t.meta["arm"] for t in rows} == {arm}
+    assert {a for a, _ in tasks.arms} == set(ARMS)
+    races = tasks.arms["races", 0]
+    assert {t.operator for t in races} == {"sequential", "parallel", "sort", "select"}
+    assert {len(t.envs) for t in tasks.arms["curriculum", 0]} == {1, 2, 3, 4, 5}
+    # SFT's stages show every answer format: atomic tasks and compositions of size 2, then up to 4
+    assert [{len(t.envs) for t in stage} for stage in tasks.sft] == [{1, 2}, {1, 2, 3, 4}]
+    for stage in tasks.sft:
+        assert {t.operator for t in stage} == {"sequential", "parallel", "sort", "select"}
+
+
+def test_seeds_draw_different_rl_tasks_from_the_same_pool_and_the_same_held_out_sets(tasks):
+    again = study_tasks(
+        POOL, 0, sft_items=300, arm_items=120, atomic_items=24, per_cell=3, sft_sizes=(2, 4),
+        arm_seeds=(1,),
+    )  # fmt: skip
+    for arm in ARMS:
+        first, second = (tasks.arms[arm, s] for s in (0, 1))
+        assert [t.to_dict() for t in again.arms[arm, 1]] == [t.to_dict() for t in second], arm
+        shared = {item_key(t) for t in first} & {item_key(t) for t in second}
+        assert len(shared) < len(first) // 2, (arm, len(shared))  # mostly other tasks
+    assert [t.to_dict() for t in again.compositions] == [t.to_dict() for t in tasks.compositions]
+    assert [t.to_dict() for t in again.atomic] == [t.to_dict() for t in tasks.atomic]
+    assert [t.to_dict() for t in again.sft[1]] == [t.to_dict() for t in tasks.sft[1]]
 
 
 def test_a_file_split_by_meta_keeps_each_rows_split(tmp_path, tasks):
     from tirl.envs.dataset import write_tasks
 
     path = tmp_path / "t.jsonl"
-    write_tasks([*tasks.arms["seq2"][:5], *tasks.compositions[:3]], path)
+    write_tasks([*tasks.arms["seq2", 0][:5], *tasks.compositions[:3]], path)
     source = RacesSource(path=str(path), split_by="meta")
     source.validate()
     assert source.size("train") == 5 and source.size("test") == 3
@@ -139,7 +162,7 @@ def test_the_mixture_check_names_what_an_arm_should_not_have_trained_on():
 REDUCED = [
     "study.seeds=[0]", "study.arm_items=24", "study.atomic_items=4", "study.per_cell=1",
     "run.model.hidden_size=32", "run.model.layers=1", "run.model.heads=2",
-    "run.model.tokenizer_corpus_items=60", "run.sft.steps=4", "run.sft.examples=48",
+    "run.model.tokenizer_corpus_items=60", "study.sft_stages=[[2,3],[3,2]]", "run.sft.examples=48",
     "run.sft.batch_size=8", "run.rl.steps=2", "run.rl.prompts_per_step=2", "run.rl.group_size=2",
     "run.rl.max_model_tokens=24", "run.eval.max_model_tokens=24", "run.eval.every_rl_steps=0",
 ]  # fmt: skip
@@ -182,13 +205,16 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
     for arm in ARMS:
         spec = ARM_SPECS[arm]
         pool = set(manifest["pool"]["small" if spec.small_pool else "train"])
-        rows = (out / "tasks" / f"arm_{arm}.jsonl").read_text().splitlines()
+        rows = (out / "tasks" / f"arm_{arm}_seed0.jsonl").read_text().splitlines()
         rows = [json.loads(line) for line in rows]
         records = [json.loads(line) for line in (out / "seed0" / arm / "metrics.jsonl").open()]
         for variant in ("code", "text"):
             ids = [i for r in records if r["variant"] == variant and r["phase"] == "rl"
                    for i in r.get("train/tasks", [])]  # fmt: skip
-            assert sorted(ids) == sorted(f"races/train/{k}" for k in range(per_run)), (arm, ids)
+            if arm in CURRICULUM_ARMS:  # drawn by bucket; the stream cycles over the file
+                assert len(ids) == per_run and all(task_row(i) < len(rows) for i in ids), ids
+            else:
+                assert sorted(ids) == sorted(f"races/train/{k}" for k in range(per_run)), (arm, ids)
             trained = [rows[int(i.rsplit("/", 1)[1])] for i in ids]
             assert {r["operator"] for r in trained} <= set(spec.mixture), arm
             assert all(spec.sizes[0] <= len(r["envs"]) <= spec.sizes[1] for r in trained), arm
@@ -207,6 +233,9 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
         ("study.arms=[individual,bogus]", "unknown arm 'bogus'"),
         ("run.rl.adaptive_batch=true", "run.rl.adaptive_batch must be false"),
         ("study.pool_size=400", "int -> int environments"),
+        ("run.rl.curriculum.enabled=true", "the study turns the curriculum on for the curriculum"),
+        ("study.sft_stages=[[2,10],[0,5]]", "each stage must be [max chain size >= 1, steps >= 1]"),
+        ("study.sft_stages=[]", "must list at least one stage"),
     ],
 )
 def test_a_bad_study_config_is_one_line(override, words, tmp_path, capsys):

@@ -58,6 +58,7 @@ ARM_TITLES = {
     "seq3": "SEQ-3",
     "seq4": "SEQ-4",
     "seq5": "SEQ-5",
+    "curriculum": "curriculum",
 }
 CLAIMS = (
     ("composition generalizes better", "RACES > individual on held-out tasks (Table 1)"),
@@ -77,7 +78,7 @@ def _task_rows(path: Path) -> list[dict]:
     return list(read_jsonl(path))
 
 
-def _index(task_id: str) -> int:
+def task_row(task_id: str) -> int:
     """Row of a `races/<split>/<k>` id in its split (every row of a study file has one split)."""
     return int(task_id.rsplit("/", 1)[1])
 
@@ -96,7 +97,7 @@ def trained_mixture(folder: Path, arm: str, variant: str, seed: int, rows: list[
         ids = record.get("train/tasks") or []
         updates += bool(ids)
         for task_id in ids:
-            row = rows[_index(task_id)]
+            row = rows[task_row(task_id)]
             ops[row["operator"]] += 1
             sizes[len(row["envs"])] += 1
             envs.update(row["envs"])
@@ -144,7 +145,7 @@ def _item_scores(path: Path, n_items: int) -> tuple[np.ndarray, np.ndarray, int]
         if traj.score is None:
             failed += 1
             continue
-        k = _index(traj.task_id)
+        k = task_row(traj.task_id)
         reward[k] = traj.score.reward
         correct[k] = float(traj.score.correct)
     return reward, correct, failed
@@ -159,6 +160,12 @@ def _curve(folder: Path, variant: str, set_name: str, sft_value: float) -> list[
     return points
 
 
+def arm_task_file(manifest: dict, arm: str, seed: int) -> str:
+    """An arm's RL task file for one seed; a study written before seeds drew their own tasks
+    has one file per arm."""
+    return manifest.get("arm_files", {}).get(arm, {}).get(str(seed), f"arm_{arm}.jsonl")
+
+
 def load(folder: Path) -> dict:
     """Every number the report needs, read from the study folder."""
     folder = Path(folder)
@@ -169,8 +176,8 @@ def load(folder: Path) -> dict:
     runs: dict = {}
     for variant in manifest["variants"]:
         for arm in manifest["arms"]:
-            rows = _task_rows(folder / "tasks" / f"arm_{arm}.jsonl")
             for seed in manifest["seeds"]:
+                rows = _task_rows(folder / "tasks" / arm_task_file(manifest, arm, seed))
                 run_dir = folder / f"seed{seed}" / arm
                 progress = json.loads((run_dir / "eval_progress.json").read_text())
                 records = _rl_records(run_dir, variant)

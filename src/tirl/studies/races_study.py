@@ -7,22 +7,29 @@ a fifth of the environments match or beat all of them individually (Table 2), an
 generalization is not monotonic in composition size (Table 3). This runs the same comparison on
 a tiny model (the task sets: `tirl.studies.races_tasks`):
 
-1. one SFT model per variant (`code`: the interpreter is on; `text`: text-only), on
-   demonstrations of atomic tasks and compositions up to `study.sft_max_size` (2) over the
-   pool, evaluated on the held-out sets (the curves' step 0);
-2. from that same SFT model, for every seed, RL of each arm (`tirl.studies.races_tasks.ARMS`: individual,
-   RACES, RACES-small, and SEQUENTIAL-only at sizes 2, 3, 4, 5) with one RL config: the same
-   steps, prompts, group size and token limits, and no adaptive batches, so every arm samples the
-   same number of rollouts. Every `eval.every_rl_steps` and at the end, a greedy pass over the
-   held-out atomic tasks and the held-out compositions;
+1. one SFT model per variant (`code`: the interpreter is on; `text`: text-only), trained in
+   stages (`study.sft_stages`, run as `sft.stages`: one optimizer and schedule): atomic tasks and
+   compositions up to size 2 until the model copies its input, then chains up to size 4, so that
+   the start solves some longer chains; evaluated on the held-out sets (the curves' step 0);
+2. from that same SFT model, for every seed, RL of each arm (`tirl.studies.races_tasks.ARMS`:
+   individual, RACES, RACES-small, SEQUENTIAL-only at sizes 2, 3, 4, 5, and the pass-rate
+   curriculum over sizes 1-5) with one RL config: the same steps, prompts, group size and token
+   limits, and no adaptive batches, so every arm samples the same number of rollouts. The
+   curriculum arm alone runs `run.rl.curriculum` (enabled for it by the study). Every
+   `eval.every_rl_steps` and at the end, a greedy pass over the held-out atomic tasks and the
+   held-out compositions;
 3. the analysis and report (`tirl.studies.races_report`, which the command hands in).
 
 Folder: `tasks/` (every task set as JSONL with `meta.split`, and `manifest.json`), `sft/` (the
 SFT run folder of both variants), `seed<N>/<arm>/` (each arm's run folder: metrics.jsonl with the
 ids of the tasks every update trained on, `train/tasks`; samples of the final evaluation; the
-RL policy and trainer state only with `study.keep_policies`), then the report's files. Seeds
-vary RL (sampling, initialization of the RL state), not SFT: every arm of every seed starts from
-the same weights, which is what "the same SFT start" asks.
+RL policy and trainer state only with `study.keep_policies`), then the report's files.
+
+Seeds: each seed of `study.seeds` draws every arm's own RL task set (`tasks/arm_<arm>_seed<N>.jsonl`,
+from the same pool and mixture) and seeds RL's sampling and state. SFT, the pool and the
+held-out sets come from `study.task_seed` alone and are shared by every seed: every arm of every
+seed starts from the same weights, which is what "the same SFT start" asks, and is scored on
+the same items, so differences between arms are paired.
 """
 
 from __future__ import annotations
@@ -39,8 +46,15 @@ from tirl.config import ConfigError, setting
 from tirl.envs.dataset import write_tasks
 from tirl.envs.operators import OPERATORS
 from tirl.files import write_text
-from tirl.studies.races_tasks import ARMS, EVAL_SIZES, StudyTasks, choose_pool, study_tasks
-from tirl.train.config import RunConfig
+from tirl.studies.races_tasks import (
+    ARMS,
+    CURRICULUM_ARMS,
+    EVAL_SIZES,
+    StudyTasks,
+    choose_pool,
+    study_tasks,
+)
+from tirl.train.config import RunConfig, SFTStage
 from tirl.train.pipeline import Evaluation, Pipeline, quiet_transformers, seed_everything
 from tirl.train.run_folder import claim_folder
 from tirl.train.runtime import sandbox_for
@@ -74,12 +88,22 @@ def _arms_problem(arms: list[str]) -> str | None:
     return None
 
 
+def _stages_problem(stages: list[list[int]]) -> str | None:
+    if not stages:
+        return "must list at least one stage"
+    if any(len(st) != 2 or st[0] < 1 or st[1] < 1 for st in stages):
+        return "each stage must be [max chain size >= 1, steps >= 1]"
+    return None
+
+
 @dataclass
 class StudySettings:
     """What the study compares and on how much (the model, SFT, RL and evaluation are `run`)."""
 
     seeds: list[int] = setting(
-        factory=lambda: [0, 1, 2], doc="RL seeds of every arm", check=_seeds_problem
+        factory=lambda: [0, 1, 2],
+        doc="seeds of every arm: each draws the arm's own RL tasks and seeds RL's sampling",
+        check=_seeds_problem,
     )
     arms: list[str] = setting(
         factory=lambda: list(ARMS),
@@ -91,10 +115,15 @@ class StudySettings:
     arm_items: int = setting(400, ">= 1", "RL tasks written per arm (RL cycles over them)")
     atomic_items: int = setting(32, ">= 1", "held-out atomic tasks")
     per_cell: int = setting(4, ">= 1", "held-out compositions per (size 2-5, operator)")
-    sft_max_size: int = setting(
-        2, ">= 1", "SFT demonstrates atomic tasks and compositions up to this size"
+    sft_stages: list[list[int]] = setting(
+        factory=lambda: [[2, 1000], [4, 300]],
+        doc="SFT's stages, each [max chain size, steps]: atomic tasks and compositions up to"
+        " that size; they replace run.sft.steps",
+        check=_stages_problem,
     )
-    task_seed: int = setting(0, ">= 0", "seeds the pool and every task set")
+    task_seed: int = setting(
+        0, ">= 0", "seeds the pool, SFT's and the held-out sets (the same for every seed)"
+    )
     keep_policies: bool = setting(
         False, doc="keep every arm's RL policy and trainer state (about 10 MB per arm and variant)"
     )
@@ -113,9 +142,19 @@ def _source(path: Path) -> dict:
     return {"source": "races", "path": str(path), "split_by": "meta"}
 
 
+def sft_file(stage: int) -> str:
+    return f"sft_stage{stage}"
+
+
+def arm_file(arm: str, seed: int) -> str:
+    """The name (no suffix) of one seed's RL task set of an arm."""
+    return f"arm_{arm}_seed{seed}"
+
+
 def write_task_files(tasks: StudyTasks, folder: Path) -> dict:
     """Every set as `folder/<name>.jsonl`; returns the manifest of what was written."""
-    sets = {"sft": tasks.sft, **{f"arm_{a}": ts for a, ts in tasks.arms.items()},
+    sets = {**{sft_file(k): ts for k, ts in enumerate(tasks.sft)},
+            **{arm_file(a, s): ts for (a, s), ts in tasks.arms.items()},
             "heldout_atomic": tasks.atomic, "heldout_compositions": tasks.compositions}  # fmt: skip
     for name, rows in sets.items():
         write_tasks(rows, folder / f"{name}.jsonl")
@@ -128,7 +167,9 @@ def write_task_files(tasks: StudyTasks, folder: Path) -> dict:
 
 
 def base_config(cfg: RacesStudyConfig, tasks_dir: Path) -> RunConfig:
-    """The run config every phase shares: SFT on the SFT set, evaluation on the held-out sets."""
+    """The run config every phase shares: SFT in the study's stages, evaluation on the held-out
+    sets. The stages' first items come first in data.train too, so RL's positions start past
+    them (arms replace data.train with their own file)."""
     s = cfg.study
     run = cfg.run
     evals = [
@@ -136,14 +177,26 @@ def base_config(cfg: RacesStudyConfig, tasks_dir: Path) -> RunConfig:
         {"name": "compositions", "items": len(EVAL_SIZES) * len(OPERATORS) * s.per_cell,
          **_source(tasks_dir / "heldout_compositions.jsonl")},
     ]  # fmt: skip
-    data = replace(run.data, train=[_source(tasks_dir / "sft.jsonl")], eval=evals)
-    return replace(run, data=data)
+    stages = [
+        SFTStage(steps=steps, data=[_source(tasks_dir / f"{sft_file(k)}.jsonl")])
+        for k, (_, steps) in enumerate(s.sft_stages)
+    ]
+    data = replace(run.data, train=[_source(tasks_dir / f"{sft_file(0)}.jsonl")], eval=evals)
+    return replace(run, data=data, sft=replace(run.sft, stages=stages))
 
 
 def arm_config(base: RunConfig, tasks_dir: Path, arm: str, seed: int) -> RunConfig:
-    """An arm's RL: its own task file from item 0 (SFT is not rerun), everything else shared."""
-    data = replace(base.data, train=[_source(tasks_dir / f"arm_{arm}.jsonl")])
-    return replace(base, seed=seed, data=data, sft=replace(base.sft, examples=0))
+    """An arm's RL: this seed's task file of the arm from item 0 (SFT is not rerun), the
+    curriculum on for the curriculum arm only, everything else shared."""
+    data = replace(base.data, train=[_source(tasks_dir / f"{arm_file(arm, seed)}.jsonl")])
+    curriculum = replace(base.rl.curriculum, enabled=arm in CURRICULUM_ARMS)
+    return replace(
+        base,
+        seed=seed,
+        data=data,
+        sft=replace(base.sft, examples=0, stages=[]),
+        rl=replace(base.rl, curriculum=curriculum),
+    )
 
 
 def run_study(
@@ -156,6 +209,16 @@ def run_study(
             " arms than for others, and the study compares arms at the same number of rollouts",
             "run.rl.adaptive_batch",
         )
+    if cfg.run.rl.curriculum.enabled:
+        raise ConfigError(
+            "run.rl.curriculum.enabled must be false: the study turns the curriculum on for the"
+            " curriculum arm only (run.rl.curriculum's other keys set how it draws)",
+            "run.rl.curriculum.enabled",
+        )
+    if cfg.run.sft.stages:
+        raise ConfigError(
+            "run.sft.stages: the study makes SFT's stages from study.sft_stages", "run.sft.stages"
+        )
     s = cfg.study
     try:  # every task set before anything is written: a pool that cannot be made is one line
         pool = choose_pool(s.pool_size, s.unseen, s.task_seed)
@@ -166,7 +229,8 @@ def run_study(
             s.arm_items,
             s.atomic_items,
             s.per_cell,
-            s.sft_max_size,
+            sft_sizes=tuple(size for size, _ in s.sft_stages),
+            arm_seeds=tuple(s.seeds),
         )
     except ValueError as e:
         raise ConfigError(f"study: {e}") from None
@@ -174,7 +238,13 @@ def run_study(
     out_dir = Path(out_dir)
     with claim_folder(out_dir, "study", STUDY_ENTRIES, resume=False):
         manifest = write_task_files(tasks, out_dir / "tasks")
-        manifest.update(arms=list(s.arms), seeds=list(s.seeds), variants=list(cfg.run.variants))
+        manifest.update(
+            arms=list(s.arms),
+            seeds=list(s.seeds),
+            variants=list(cfg.run.variants),
+            arm_files={a: {str(n): f"{arm_file(a, n)}.jsonl" for n in s.seeds} for a in s.arms},
+            sft_stages=[list(st) for st in s.sft_stages],
+        )
         write_text(out_dir / "tasks" / "manifest.json", json.dumps(manifest, indent=2))
         asyncio.run(_train_all(cfg, out_dir, evaluation))
         return report(out_dir)

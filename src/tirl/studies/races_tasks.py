@@ -32,7 +32,7 @@ from tirl.envs.operators import OPERATORS, OperatorTask, make_task
 from tirl.envs.search import SearchConfig, search
 from tirl.envs.seeding import split_of
 
-ARMS = ("individual", "races", "races_small", "seq2", "seq3", "seq4", "seq5")
+ARMS = ("individual", "races", "races_small", "seq2", "seq3", "seq4", "seq5", "curriculum")
 EVAL_SIZES = (2, 3, 4, 5)
 
 
@@ -50,7 +50,11 @@ ARM_SPECS = {
     "races": ArmSpec(dict(DEFAULT_MIXTURE), (2, 4)),
     "races_small": ArmSpec(dict(DEFAULT_MIXTURE), (2, 4), small_pool=True),
     **{f"seq{k}": ArmSpec({"sequential": 1.0}, (k, k)) for k in (2, 3, 4, 5)},
+    # every size the others train on, drawn by the pass-rate curriculum (`rl.curriculum`)
+    # rather than in file order: the easiest sizes first, longer chains as they saturate
+    "curriculum": ArmSpec(dict(DEFAULT_MIXTURE), (1, 5)),
 }
+CURRICULUM_ARMS = ("curriculum",)
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,8 @@ class StudyPool:
 @dataclass
 class StudyTasks:
     pool: StudyPool
-    sft: list[OperatorTask]
-    arms: dict[str, list[OperatorTask]]
+    sft: list[list[OperatorTask]]  # one set per SFT stage
+    arms: dict[tuple[str, int], list[OperatorTask]]  # (arm, seed) -> that seed's RL tasks
     atomic: list[OperatorTask]  # held-out atomic tasks
     compositions: list[OperatorTask]  # held-out compositions, sizes 2-5, every operator
     counts: dict[str, int] = field(default_factory=dict)
@@ -141,11 +145,13 @@ def draw_tasks(
     side: str,
     unseen: tuple[str, ...],
     per_composite: int,
+    arm: str | None = None,
 ) -> list[OperatorTask]:
     """`n` tasks on `side` (train or test): sizes uniform over `spec.sizes`, operators from the
     mixture, each task's chain searched over `registry` (RACES's randomized BFS with quality
-    control). Fewer than `n` only where the search runs out (a pool of two environments has few
-    long chains); none at all raises."""
+    control). `tag` seeds the draw; `arm` (default: the tag) is written to each task's meta.
+    Fewer than `n` only where the search runs out (a pool of two environments has few long
+    chains); none at all raises."""
     rng = random.Random(f"races-study/{tag}/{seed}")
     operators, weights = list(spec.mixture), list(spec.mixture.values())
     lo, hi = spec.sizes
@@ -164,7 +170,7 @@ def draw_tasks(
                 raise ValueError(f"{tag}: too few {side} chains of sizes {lo}-{hi}")
             continue
         task = make_task(rng.choices(operators, weights)[0], traj, registry, rng)
-        out.append(replace(task, meta={"split": side, "size": traj.size, "arm": tag}))
+        out.append(replace(task, meta={"split": side, "size": traj.size, "arm": arm or tag}))
     if not out:
         raise ValueError(f"{tag}: the search found no {side} chain of sizes {lo}-{hi}")
     return out
@@ -201,30 +207,39 @@ def study_tasks(
     arm_items: int,
     atomic_items: int,
     per_cell: int,
-    sft_max_size: int = 2,
+    sft_sizes: tuple[int, ...] = (2,),
+    arm_seeds: tuple[int, ...] = (0,),
     per_composite: int = 8,
 ) -> StudyTasks:
-    """Every task set of the study (see the module doc). SFT's demonstrations mix atomic tasks
-    and compositions of sizes 2..`sft_max_size` over the whole pool, every operator, so that each
-    arm starts from a model that knows every answer format; each arm's RL tasks follow its
-    `ARM_SPECS`."""
+    """Every task set of the study (see the module doc). SFT stage k's demonstrations mix atomic
+    tasks and compositions of sizes 2..`sft_sizes[k]` over the whole pool, every operator, so
+    that each arm starts from a model that knows every answer format. Each arm's RL tasks follow
+    its `ARM_SPECS`, drawn once per seed in `arm_seeds`: seeds vary the tasks an arm trains on,
+    while the pool, SFT and the held-out sets are the same for all (a function of `seed`)."""
     train_registry = REGISTRY.subset(list(pool.train))
     small_registry = REGISTRY.subset(list(pool.small))
     full_registry = REGISTRY.subset([*pool.train, *pool.unseen])
     unseen = pool.unseen
     # SFT draws its compositions with many inputs each: a few hundred distinct chains would be
     # memorized in a few epochs, and the model must learn to copy any input, not these
-    sft = draw_tasks(
-        train_registry, ArmSpec(dict(DEFAULT_MIXTURE), (1, sft_max_size)), sft_items, seed, "sft",
-        "train", unseen, 10**6,
-    )  # fmt: skip
+    sft = [
+        draw_tasks(
+            train_registry, ArmSpec(dict(DEFAULT_MIXTURE), (1, size)), sft_items, seed,
+            "sft" if k == 0 else f"sft{k}", "train", unseen, 10**6, arm="sft",
+        )
+        for k, size in enumerate(sft_sizes)
+    ]  # fmt: skip
     arms = {}
     for name in ARMS:
         spec = ARM_SPECS[name]
         registry = small_registry if spec.small_pool else train_registry
         # a fifth of the pool has few compositions: inputs make the variety, as for atomic tasks
         many = 10**6 if spec.small_pool else per_composite
-        arms[name] = draw_tasks(registry, spec, arm_items, seed, name, "train", unseen, many)
+        for s in arm_seeds:
+            tag = name if s == 0 else f"{name}/seed{s}"  # seed 0 keeps the single-seed sets
+            arms[name, s] = draw_tasks(
+                registry, spec, arm_items, seed, tag, "train", unseen, many, arm=name
+            )
     atomic = draw_tasks(
         train_registry, ArmSpec({"sequential": 1.0}, (1, 1)), atomic_items, seed, "atomic",
         "test", unseen, 1,
