@@ -13,7 +13,7 @@ import pytest
 from tirl.cli import main
 from tirl.config import ConfigError
 from tirl.envs.core import REGISTRY
-from tirl.studies.races_report import task_row, heldout_score, mixture_check, verdict
+from tirl.studies.races_report import heldout_score, mixture_check, task_row, verdict
 from tirl.studies.races_tasks import (
     ARM_SPECS,
     ARMS,

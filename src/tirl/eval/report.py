@@ -38,6 +38,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from tirl.eval import viewer
+from tirl.eval.gains import gains_cells, rl_gains
+from tirl.files import write_text
 from tirl.protocol.segments import Trajectory
 
 VARIANT_ORDER = ("code", "text")
@@ -571,7 +573,13 @@ def _training_table_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]
     return header, body
 
 
-def _markdown(title, rows, training, plots, picked, config, run_dir) -> str:
+GAINS_NOTE = (
+    "Held-out items scored after SFT and after RL, paired by item: the gain is the mean of the"
+    " per-item differences, with a 95 % bootstrap CI over items (rl_gains.json)."
+)
+
+
+def _markdown(title, rows, training, plots, picked, config, run_dir, gains=()) -> str:
     out = [f"# {title}", ""]
     headline = _headline(rows)
     if headline:
@@ -583,6 +591,15 @@ def _markdown(title, rows, training, plots, picked, config, run_dir) -> str:
         out += ["No eval results.", ""]
     if training:
         out += ["## Training", "", _md_table(*_training_table_cells(training)), ""]
+    if gains:
+        out += [
+            "## RL against its SFT start",
+            "",
+            GAINS_NOTE,
+            "",
+            _md_table(*gains_cells(gains)),
+            "",
+        ]
     out += ["## Plots", ""]
     if plots:
         for name, path in plots:
@@ -645,7 +662,7 @@ def _html_table(header: list[str], body: list[list[str]]) -> str:
     return "<table>" + row(header, "th") + "".join(row(r, "td") for r in body) + "</table>"
 
 
-def _html(title, rows, training, plots, picked, config, tokenizer=None) -> str:
+def _html(title, rows, training, plots, picked, config, tokenizer=None, gains=()) -> str:
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -663,6 +680,9 @@ def _html(title, rows, training, plots, picked, config, tokenizer=None) -> str:
         out.append("<p>No eval results.</p>")
     if training:
         out += ["<h2>Training</h2>", _html_table(*_training_table_cells(training))]
+    if gains:
+        out += ["<h2>RL against its SFT start</h2>", f"<p>{html.escape(GAINS_NOTE)}</p>",
+                _html_table(*gains_cells(gains))]  # fmt: skip
     out.append("<h2>Plots</h2>")
     if not plots:
         out.append("<p>No metrics were logged, so there is nothing to plot.</p>")
@@ -714,13 +734,16 @@ def write_report(
     rows = summary_rows(eval_results)
     training = _training_rows(records)
     picked = _pick_samples(samples, max_samples)
+    gains = rl_gains(run_dir)
+    if gains:
+        write_text(run_dir / "rl_gains.json", json.dumps(gains, indent=2))
 
     md_path = run_dir / "report.md"
     md_path.write_text(
-        _markdown(title, rows, training, plots, picked, config, run_dir), encoding="utf-8"
+        _markdown(title, rows, training, plots, picked, config, run_dir, gains), encoding="utf-8"
     )
     html_path = run_dir / "report.html"
     html_path.write_text(
-        _html(title, rows, training, plots, picked, config, tokenizer), encoding="utf-8"
+        _html(title, rows, training, plots, picked, config, tokenizer, gains), encoding="utf-8"
     )
     return {"markdown": md_path, "html": html_path, "plots": plots_dir}

@@ -303,7 +303,9 @@ def analyse(data: dict, seed: int = 0) -> dict:
                 n = comp.shape[1]
                 vals = [_mean(comp, d[0], rng.integers(0, n, n)) for d in draws]
                 out["groups"][f"{variant}/{arm}/{name}"] = {
-                    "mean": _mean(comp), "ci": ci(vals), "items": len(idx),
+                    "mean": _mean(comp),
+                    "ci": ci(vals),
+                    "items": len(idx),
                 }
         out["claims"][variant] = _claims(data, variant, mats, boot, draws, arms, seeds)
     return out
