@@ -70,3 +70,16 @@ def test_a_runs_report_shows_rl_against_its_sft_start(tmp_path):
     assert "## RL against its SFT start" in md and "| code | heldout | 3 |" in md
     assert "RL against its SFT start" in (tmp_path / "report.html").read_text()
     assert json.loads((tmp_path / "rl_gains.json").read_text())[0]["reward"]["n"] == 3
+
+
+def test_the_train_summary_prints_the_gains_when_both_phases_ran(tmp_path):
+    from tirl.apps.evaluation import summary
+
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    _write(samples / "code_sft_heldout.jsonl", {"t0": (0.0, False), "t1": (1.0, True)})
+    _write(samples / "code_rl_heldout.jsonl", {"t0": (1.0, True), "t1": (1.0, True)})
+    text = summary({}, tmp_path)
+    assert "RL against its SFT start" in text
+    assert "code heldout (2 items): reward 0.500 → 1.000, gain +0.500" in text
+    assert "RL against its SFT start" not in summary({}, tmp_path / "elsewhere")

@@ -91,6 +91,19 @@ def gains_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     return GAINS_HEADER, body
 
 
+def gains_text(rows: list[dict]) -> str:
+    """The gains for a terminal: a heading line and one line per (variant, eval set)."""
+    lines = ["RL against its SFT start (held-out items paired; gain [95 % bootstrap CI]):"]
+    for r in rows:
+        rw, acc = r["reward"], r["correct"]
+        lines.append(
+            f"  {r['variant']} {r['eval_set']} ({rw['n']} items): reward {rw['before']:.3f} →"
+            f" {rw['after']:.3f}, gain {_signed(rw['D'], rw['ci'])}; accuracy gain"
+            f" {_signed(acc['D'], acc['ci'])}"
+        )
+    return "\n".join(lines)
+
+
 def _signed(d: float, ci: list[float]) -> str:
     if math.isnan(d):
         return "-"

@@ -121,13 +121,13 @@ class Evaluation:
     label)` -> (metrics, greedy trajectories); `first_failure(trajectories)` -> what went wrong
     in the first failed one; `check_failed_share(failed, total, max_share,
     where, rerun)` raises when too many samples failed; `write_report(run_dir, eval_results=,
-    metrics_path=, samples=, config=, tokenizer=, title=)`; `summary_table(results)` -> text."""
+    metrics_path=, samples=, config=, tokenizer=, title=)`; `summary_table(results, run_dir)` -> text."""
 
     evaluate_policy: Callable[..., Awaitable[tuple[dict, list[Trajectory]]]]
     check_failed_share: Callable[..., None]
     first_failure: Callable[[list[Trajectory]], str]
     write_report: Callable[..., Any]
-    summary_table: Callable[[dict], str]
+    summary_table: Callable[[dict, Path], str]
 
 
 def seed_everything(seed: int) -> None:
@@ -645,7 +645,7 @@ def _run_in(
         tokenizer=tokenizer,
         title=f"tirl train: {cfg.name}",
     )
-    print(evaluation.summary_table(results))
+    print(evaluation.summary_table(results, run_dir))
     return run_dir, {**results, "wall_s": wall_s}
 
 
