@@ -13,7 +13,16 @@ import pytest
 from tirl.cli import main
 from tirl.config import ConfigError
 from tirl.envs.core import REGISTRY
-from tirl.studies.races_report import heldout_score, mixture_check, task_row, verdict
+from tirl.studies.races_report import (
+    _draws,
+    claim4_testability,
+    heldout_score,
+    mixture_check,
+    start_verdict,
+    task_row,
+    verdict,
+    versus_start,
+)
 from tirl.studies.races_tasks import (
     ARM_SPECS,
     ARMS,
@@ -143,6 +152,43 @@ def test_verdicts_and_scores_on_hand_made_cases():
     assert heldout_score(mats) == pytest.approx((0.75 + 0.3) / 2)
 
 
+def test_an_arm_against_its_sft_start_is_a_paired_difference_with_a_verdict():
+    rng = np.random.default_rng(0)
+    draws = _draws(rng, 3, {"atomic": 6, "compositions": 8})
+    start = {"atomic": np.array([1.0, 0, 0, 1, 0, 0]), "compositions": np.zeros(8)}
+    # every seed solves two more atomic items and half the compositions: beats its start
+    better = {"atomic": np.tile([1.0, 1, 1, 1, 0, 0], (3, 1)),
+              "compositions": np.tile([1.0, 0] * 4, (3, 1))}  # fmt: skip
+    out = versus_start(better, start, draws)
+    assert out["D"] == pytest.approx(((4 - 2) / 6 + 0.5) / 2)
+    assert out["compositions_D"] == pytest.approx(0.5)
+    assert out["ci"][0] > 0 and out["compositions_ci"][0] > 0
+    assert out["verdict"] == "beats its SFT start"
+    # the seeds disagree around the start: within the noise, and the same items are paired
+    noisy = {"atomic": np.array([[1.0, 1, 0, 1, 0, 0], [0, 0, 0, 1, 0, 0], [1, 0, 0, 1, 0, 0]]),
+             "compositions": np.array([[1.0] + [0] * 7, [0] * 8, [0] * 8])}  # fmt: skip
+    out = versus_start(noisy, start, draws)
+    assert out["ci"][0] <= 0 <= out["ci"][1] and out["verdict"] == "within the noise"
+    assert versus_start({k: np.tile(v, (3, 1)) for k, v in start.items()}, start, draws)["ci"] == (
+        0.0, 0.0,
+    )  # fmt: skip
+    assert start_verdict(-0.3, -0.1) == "below its SFT start"
+    assert start_verdict(math.nan, 0.1) == "no score"
+
+
+def test_claim_4_is_testable_only_if_the_start_solves_a_chain_of_size_3_or_more():
+    sizes = [2, 2, 3, 4, 5]
+    reward = np.array([1.0, 0.5, 0.5, 0.2, 0.0])
+    none = claim4_testability({"reward": reward, "correct": np.array([1.0, 0, 0, 0, 0])},
+                              sizes, {"seq3": 0.1})  # fmt: skip
+    assert not none["testable"] and none["sentence"].startswith("claim 4 is not testable")
+    assert none["sft_by_size"]["2"] == {"items": 2, "reward": 0.75, "accuracy": 0.5}
+    some = claim4_testability({"reward": reward, "correct": np.array([1.0, 0, 1, 1, np.nan])},
+                              sizes, {})  # fmt: skip
+    assert some["testable"] and (some["solved"], some["of"]) == (2, 3)
+    assert "solves 2 of 3 held-out compositions of size 3+" in some["sentence"]
+
+
 def test_the_mixture_check_names_what_an_arm_should_not_have_trained_on():
     pool = {"train": list(POOL.train), "small": list(POOL.small), "unseen": list(POOL.unseen)}
     a, b = POOL.train[:2]
@@ -186,16 +232,46 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
     ]
     assert len(claim_rows) == 4
     for row in claim_rows:
-        assert row.count("reproduced") + row.count("inconclusive") >= 2, row
-    arm_rows = md.split("## Every arm")[1].split("##")[0].count("\n| ") - 1
-    assert arm_rows == 2 * len(ARMS)
-    for plot in ("curves_code.png", "curves_text.png", "sizes.png"):
+        assert row.count("reproduced") + row.count("inconclusive") + row.count("untestable") >= 2
+    every_arm = md.split("## Every arm")[1].split("##")[0]
+    assert every_arm.count("\n| ") - 1 == 2 * len(ARMS)
+    assert (
+        "| held-out - SFT start [CI] | compositions - SFT start [CI] | vs SFT start |" in every_arm
+    )
+    for plot in ("curves_code.png", "curves_text.png", "sizes.png", "curriculum_code.png",
+                 "curriculum_text.png"):  # fmt: skip
         assert (out / "plots" / plot).read_bytes()[:4] == b"\x89PNG"
     page = (out / "report.html").read_text()
-    assert page.count("<table>") >= 5 and page.count("data:image/png;base64,") == 3
+    assert page.count("<table>") >= 5 and page.count("data:image/png;base64,") == 5
     results = json.loads((out / "results.json").read_text())
     assert set(results["claims"]) == {"code", "text"}
     assert all(len(v) == 4 for v in results["claims"].values())
+    for key, row in results["arms"].items():
+        assert set(row["vs_sft"]) == {"D", "ci", "verdict", "compositions_D", "compositions_ci"}
+        assert row["vs_sft"]["verdict"] in ("beats its SFT start", "below its SFT start",
+                                            "within the noise"), key  # fmt: skip
+    assert "beat their SFT start" in printed
+    # claim 4: testable or not, said in the report and results.json, and the verdict follows
+    for variant in ("code", "text"):
+        c4 = results["claim4"][variant]
+        assert set(c4["sft_by_size"]) == {"2", "3", "4", "5"}
+        assert set(c4["first_step_train_reward"]) == {"seq3", "seq4", "seq5"}
+        assert c4["sentence"] in md
+        if not c4["testable"]:
+            assert results["claims"][variant][3]["verdict"].startswith("untestable")
+    assert "claim 4 is testable" in md or "claim 4 is not testable" in md
+    assert set(results["curriculum"]["code"]) == {"1", "2", "3", "4", "5"}
+    assert "## The curriculum's buckets (code)" in md
+
+    # --report-only writes the same report again without training; elsewhere it is one line
+    (out / "study.md").unlink()
+    assert main(["study", "races", "--report-only", "--out", str(out)]) == 0
+    assert (out / "study.md").read_text() == md
+    assert "code: claims 1:" in capsys.readouterr().out
+    assert main(["study", "races", "--report-only", "--out", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert "is not a finished study" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
 
     # what every arm trained on, counted here from the logged task ids and the arm's task file
     manifest = json.loads((out / "tasks" / "manifest.json").read_text())

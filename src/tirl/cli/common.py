@@ -27,8 +27,10 @@ def load_run_config(path: str | None, overrides: list[str]):
     return load_config(RunConfig, path or preset_path(DEFAULT_PRESET), overrides)
 
 
-def add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", nargs="?", help=f"YAML config (default: the bundled {DEFAULT_CONFIG})")
+def add_config_args(p: argparse.ArgumentParser, default: str = DEFAULT_CONFIG) -> None:
+    """The positional config and its overrides; `default` names the preset the command loads
+    without a config, as its help says."""
+    p.add_argument("config", nargs="?", help=f"YAML config (default: the bundled {default})")
     p.add_argument(
         "overrides",
         nargs="*",

@@ -8,26 +8,45 @@ from pathlib import Path
 
 from tirl.cli.common import add_config_args, preset_path
 from tirl.cliargs import output_dir, require_device
-from tirl.config import load_config
+from tirl.config import ConfigError, load_config
 
 
 def cmd_study_races(args: argparse.Namespace) -> int:
-    """`tirl study races [CONFIG] [overrides]`: RACES's composition study on a tiny model."""
+    """`tirl study races [CONFIG] [overrides]`: RACES's composition study on a tiny model;
+    with `--report-only`, the report of a finished study folder again, without training."""
+    from tirl.studies.races_report import finished_problem, write_study_report
+
+    out = Path(args.out)
+    if args.report_only:
+        problem = finished_problem(out)
+        if problem:
+            raise ConfigError(f"--report-only: {out} is not a finished study ({problem})")
+        _print_summary(write_study_report(out), out)
+        return 0
     from tirl.studies.races_study import RacesStudyConfig
 
     cfg = load_config(RacesStudyConfig, args.config or preset_path("races_study"), args.overrides)
     require_device(cfg.run.device)
     from tirl.apps.evaluation import evaluation
-    from tirl.studies.races_report import write_study_report
     from tirl.studies.races_study import run_study
 
-    out = Path(args.out)
-    results = run_study(cfg, out, evaluation(), write_study_report)
+    _print_summary(run_study(cfg, out, evaluation(), write_study_report), out)
+    return 0
+
+
+def _print_summary(results: dict, out: Path) -> None:
+    """The claims' verdicts and the arms that beat their SFT start, per variant."""
     for variant, claims in results["claims"].items():
         verdicts = ", ".join(f"{i + 1}: {c['verdict']}" for i, c in enumerate(claims))
         print(f"{variant}: claims {verdicts}")
+    for variant in results["claims"]:
+        beat = [
+            key.split("/")[1]
+            for key, row in results["arms"].items()
+            if key.startswith(f"{variant}/") and row["vs_sft"]["verdict"] == "beats its SFT start"
+        ]
+        print(f"{variant}: arms that beat their SFT start: {', '.join(beat) or 'none'}")
     print(f"\nstudy folder: {out}\nreport: {out / 'study.md'}  and {out / 'report.html'}")
-    return 0
 
 
 def add_parser(sub) -> None:
@@ -41,13 +60,18 @@ def add_parser(sub) -> None:
         "races",
         help="RACES: individual vs composed environments, RACES-small, a size sweep; one report",
         description="Train the arms of RACES's composition study (individual, RACES, RACES-small,"
-        " SEQUENTIAL sizes 2-5) from one SFT model per variant over several seeds, evaluate on"
-        " held-out atomic tasks and compositions, and judge the paper's four claims. Config keys:"
-        " study.* and run.* (default: the bundled races_study preset).",
+        " SEQUENTIAL sizes 2-5, and a pass-rate curriculum over sizes 1-5) from one SFT model"
+        " per variant over several seeds, evaluate on held-out atomic tasks and compositions,"
+        " and judge the paper's four claims. Config keys: study.* and run.* (default: the"
+        " bundled races_study preset).",
     )
-    add_config_args(p)
+    add_config_args(p, default="races_study.yaml")
     p.add_argument(
         "--out", type=output_dir, default="runs/races_study",
         help="study folder (default runs/races_study)",
+    )  # fmt: skip
+    p.add_argument(
+        "--report-only", action="store_true",
+        help="write the report of the finished study in --out again, without training",
     )  # fmt: skip
     p.set_defaults(func=cmd_study_races)

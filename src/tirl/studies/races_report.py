@@ -26,7 +26,22 @@ difference D (95 %):
    when both arms score 0 on every item).
 4. generalization is not monotonic in size, best at 4-5 (Table 3; the paper's drop at 6 is
    outside this sweep of 2-5): D = max(held-out(SEQ-4), held-out(SEQ-5)) - max(SEQ-2, SEQ-3);
-   reproduced if the CI is above 0, not reproduced if below, else inconclusive.
+   reproduced if the CI is above 0, not reproduced if below, else inconclusive. It can only
+   be judged if the SFT start solves some held-out chain of size 3+ (SEQ-3/4/5 learn only from
+   groups with a success): otherwise its verdict is "untestable (...)", and the report shows
+   why (the start's composition reward and accuracy by size, the sweep arms' first-step
+   training reward).
+
+Besides the claims, every arm is compared with its own start (the "Every arm" table's vs-SFT
+columns, results.json's `arms[...]["vs_sft"]`): D = held-out(arm) - held-out(SFT start), the
+start scored from the SFT evaluation's samples on the same items (paired, the same draws; the
+start is one model, the same for every seed), on both sets and on the compositions alone; "beats
+its SFT start" if the CI is above 0, "below its SFT start" if below, else "within the noise".
+An arm no better than where it started says RL taught it nothing, whatever the claims say.
+
+The curriculum arm (when it ran) gets its trajectory: each bucket's share of the draws and
+pass rate per RL step and the frontier (plots/curriculum_<variant>.png), and per bucket its
+share of all draws and last pass rate.
 """
 
 from __future__ import annotations
@@ -195,12 +210,69 @@ def load(folder: Path) -> dict:
                     (r["step"] + 1, r["train/reward_mean"]) for r in records
                     if "train/reward_mean" in r
                 ]  # fmt: skip
+                run["curriculum"] = curriculum_steps(records)
                 run["mixture"] = trained_mixture(folder, arm, variant, seed, rows)
                 run["mixture_problems"] = mixture_check(
                     run["mixture"], arm, manifest["pool"], heldout_comps
                 )
                 runs[(variant, arm, seed)] = run
-    return {"manifest": manifest, "eval_rows": eval_rows, "runs": runs, "sft": sft_eval}
+    start = {
+        variant: {s: dict(zip(("reward", "correct"), _item_scores(
+            folder / "sft" / "samples" / f"{variant}_sft_{s}.jsonl", len(eval_rows[s]))))
+            for s in SETS}
+        for variant in manifest["variants"]
+    }  # fmt: skip
+    return {"manifest": manifest, "eval_rows": eval_rows, "runs": runs, "sft": sft_eval,
+            "start": start}  # fmt: skip
+
+
+def finished_problem(folder: Path) -> str | None:
+    """What a folder lacks to be a finished study the report can read (None if nothing), so
+    that `--report-only` on the wrong folder says so in one line."""
+    folder = Path(folder)
+    manifest_path = folder / "tasks" / "manifest.json"
+    if not manifest_path.is_file():
+        return "no tasks/manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        variants, arms, seeds = manifest["variants"], manifest["arms"], manifest["seeds"]
+    except (ValueError, KeyError, TypeError):
+        return "tasks/manifest.json is not a study's manifest"
+    wanted = [Path("sft") / "eval_progress.json"]
+    wanted += [Path("sft") / "samples" / f"{v}_sft_{s}.jsonl" for v in variants for s in SETS]
+    for seed in seeds:
+        for arm in arms:
+            run_dir = Path(f"seed{seed}") / arm
+            wanted += [run_dir / "eval_progress.json", run_dir / "metrics.jsonl"]
+            wanted += [run_dir / "samples" / f"{v}_rl_{s}.jsonl" for v in variants for s in SETS]
+    missing = [str(path) for path in wanted if not (folder / path).is_file()]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        return f"no {missing[0]}{more}"
+    return None
+
+
+def curriculum_steps(records: list[dict]) -> list[dict]:
+    """The curriculum's state per RL step ([] for an arm without one): each bucket's share of
+    the draws since the last record, its pass rate once that counts, the frontier, and how many
+    tasks were drawn (weighs the step's shares in the share of the whole run)."""
+    steps = []
+    for r in records:
+        share, rate = {}, {}
+        for key, value in r.items():
+            if not key.startswith("curriculum/") or value is None or not math.isfinite(value):
+                continue
+            bucket, _, field = key.removeprefix("curriculum/").rpartition("/")
+            if field == "share":
+                share[bucket] = value
+            elif field == "pass_rate":
+                rate[bucket] = value
+        if share:
+            steps.append({
+                "step": r["step"] + 1, "share": share, "pass_rate": rate,
+                "frontier": r.get("curriculum/frontier"), "drawn": r.get("batch/tasks_started", 1),
+            })  # fmt: skip
+    return steps
 
 
 def _rl_records(run_dir: Path, variant: str) -> list[dict]:
@@ -264,6 +336,107 @@ def verdict(lo: float, hi: float, *, above: float = 0.0) -> str:
     return "inconclusive"
 
 
+def start_verdict(lo: float, hi: float) -> str:
+    """Where an arm ended against the SFT model it started from, on the CI of the difference."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "no score"
+    if lo > 0:
+        return "beats its SFT start"
+    if hi < 0:
+        return "below its SFT start"
+    return "within the noise"
+
+
+def paired_difference(
+    a: dict[str, np.ndarray], b: dict[str, np.ndarray], draws: list[tuple]
+) -> tuple[float, tuple[float, float]]:
+    """held-out(a) - held-out(b) and its CI, both resampled with the same draws (the same seeds
+    and items: paired). `a` and `b` are [seeds, items] per set, over the same sets."""
+    point = heldout_score(a) - heldout_score(b)
+    return point, ci([heldout_score(a, d) - heldout_score(b, d) for d in draws])
+
+
+def versus_start(arm: dict[str, np.ndarray], start: dict[str, np.ndarray], draws) -> dict:
+    """An arm after RL against its SFT start, on every held-out set and on the compositions
+    alone. `arm` is [seeds, items] per set, `start` [items] per set: every seed starts from
+    the same SFT model, so its row repeats for each seed and the resampling stays paired."""
+    start_rows = {s: np.broadcast_to(v, arm[s].shape) for s, v in start.items()}
+    d, c = paired_difference(arm, start_rows, draws)
+    comp = ("compositions",)
+    cd, cc = paired_difference({s: arm[s] for s in comp}, {s: start_rows[s] for s in comp}, draws)
+    return {"D": d, "ci": c, "verdict": start_verdict(*c), "compositions_D": cd,
+            "compositions_ci": cc}  # fmt: skip
+
+
+def claim4_testability(
+    start_comp: dict[str, np.ndarray], sizes: list[int], first_rewards: dict[str, float]
+) -> dict:
+    """Can the size sweep say anything? SEQ-3/4/5 learn only from groups with a success, so if
+    the SFT start solves no held-out chain of size 3+, none of those arms can beat another and
+    claim 4's verdict would be about noise. `start_comp` is the start's per-item composition
+    reward and correctness, `sizes` each item's chain size, `first_rewards` the sweep arms'
+    training reward at their first RL step."""
+    size_of = np.array(sizes)
+    by_size = {}
+    for k in EVAL_SIZES:
+        idx = size_of == k
+        by_size[str(k)] = {
+            "items": int(idx.sum()),
+            "reward": _mean(start_comp["reward"][idx][None]) if idx.any() else math.nan,
+            "accuracy": _mean(start_comp["correct"][idx][None]) if idx.any() else math.nan,
+        }
+    long_chains = start_comp["correct"][size_of >= 3]
+    solved, n = int((long_chains == 1.0).sum()), len(long_chains)
+    testable = solved > 0
+    sentence = (
+        f"claim 4 is testable: the SFT start solves {solved} of {n} held-out compositions of"
+        " size 3+"
+        if testable
+        else f"claim 4 is not testable: the SFT start solves none of the {n} held-out"
+        " compositions of size 3+, so the SEQ-3/4/5 arms start without a success to learn from"
+    )
+    return {"testable": testable, "solved": solved, "of": n, "sft_by_size": by_size,
+            "first_step_train_reward": first_rewards, "sentence": sentence}  # fmt: skip
+
+
+UNTESTABLE = "untestable (the SFT start solves no chain of size 3+)"
+
+
+def curriculum_summary(runs: list[dict]) -> dict[str, dict]:
+    """Per bucket: its share of all the draws over the run (each step's shares weighed by how
+    many tasks it drew) and its last pass rate, both a mean over the seeds that have them."""
+    shares: dict[str, list[float]] = defaultdict(list)
+    rates: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        steps = run["curriculum"]
+        drawn = sum(st["drawn"] for st in steps)
+        buckets = {b for st in steps for b in st["share"]}
+        for b in buckets:
+            if drawn:
+                shares[b].append(sum(st["share"].get(b, 0.0) * st["drawn"] for st in steps) / drawn)
+            last = [st["pass_rate"][b] for st in steps if b in st["pass_rate"]]
+            if last:
+                rates[b].append(last[-1])
+    return {
+        b: {"share": statistics.fmean(shares[b]) if shares[b] else math.nan,
+            "last_pass_rate": statistics.fmean(rates[b]) if rates[b] else math.nan}
+        for b in sorted(set(shares) | set(rates), key=_bucket_order)
+    }  # fmt: skip
+
+
+def _bucket_order(name: str) -> tuple:
+    """Buckets in difficulty order where their names are sizes ("2" before "10")."""
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
+def _first_train_reward(data: dict, variant: str, arm: str) -> float:
+    firsts = [
+        data["runs"][(variant, arm, sd)]["train_curve"][:1] for sd in data["manifest"]["seeds"]
+    ]
+    values = [curve[0][1] for curve in firsts if curve]
+    return statistics.fmean(values) if values else math.nan
+
+
 def analyse(data: dict, seed: int = 0) -> dict:
     """Scores with CIs per (variant, arm), breakdowns, and the four claims' verdicts."""
     manifest = data["manifest"]
@@ -281,9 +454,10 @@ def analyse(data: dict, seed: int = 0) -> dict:
         "with an unseen env": [i for i, r in enumerate(comp_rows) if set(r["envs"]) & unseen],
         "pool envs only": [i for i, r in enumerate(comp_rows) if not set(r["envs"]) & unseen],
     }  # fmt: skip
-    out: dict = {"arms": {}, "claims": {}, "groups": {}}
+    out: dict = {"arms": {}, "claims": {}, "groups": {}, "claim4": {}, "curriculum": {}}
     for variant in manifest["variants"]:
         mats = {arm: {s: _stack(data, variant, arm, s) for s in SETS} for arm in arms}
+        start = {s: data["start"][variant][s]["reward"] for s in SETS}
         boot = {arm: [heldout_score(mats[arm], d) for d in draws] for arm in arms}
         for arm in arms:
             trains = [train_reward(data, variant, arm, sd) for sd in seeds]
@@ -296,6 +470,7 @@ def analyse(data: dict, seed: int = 0) -> dict:
                 **{f"{s}_accuracy": _mean(_stack(data, variant, arm, s, "correct")) for s in SETS},
                 "failed": sum(data["runs"][(variant, arm, sd)]["sets"][s]["failed"]
                               for sd in seeds for s in SETS),
+                "vs_sft": versus_start(mats[arm], start, draws),
             }  # fmt: skip
             out["arms"][f"{variant}/{arm}"] = row
             for name, idx in groups.items():
@@ -308,6 +483,21 @@ def analyse(data: dict, seed: int = 0) -> dict:
                     "items": len(idx),
                 }
         out["claims"][variant] = _claims(data, variant, mats, boot, draws, arms, seeds)
+        out["claim4"][variant] = claim4_testability(
+            data["start"][variant]["compositions"],
+            [len(r["envs"]) for r in comp_rows],
+            {
+                a: _first_train_reward(data, variant, a)
+                for a in ("seq3", "seq4", "seq5")
+                if a in arms
+            },
+        )
+        if not out["claim4"][variant]["testable"]:
+            out["claims"][variant][3]["verdict"] = UNTESTABLE
+        curriculum_runs = [data["runs"][(variant, a, sd)] for a in arms for sd in seeds
+                           if data["runs"][(variant, a, sd)]["curriculum"]]  # fmt: skip
+        if curriculum_runs:
+            out["curriculum"][variant] = curriculum_summary(curriculum_runs)
     return out
 
 
@@ -418,6 +608,46 @@ def _mean_curve(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float]
     return [(s, statistics.fmean(v)) for s, v in sorted(by_step.items())]
 
 
+def _plot_curriculum(data: dict, variant: str, path: Path) -> None:
+    """The curriculum's trajectory: which buckets it drew from (top) and why (bottom: their
+    pass rates, and the frontier that opens the next size)."""
+    manifest = data["manifest"]
+    runs = [data["runs"][(variant, a, s)] for a in manifest["arms"] for s in manifest["seeds"]]
+    runs = [r for r in runs if r["curriculum"]]
+    buckets = sorted({b for r in runs for st in r["curriculum"] for b in st["share"]},
+                     key=_bucket_order)  # fmt: skip
+    fig = Figure(figsize=(8, 6.5))
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    shares = {b: _mean_curve([[(st["step"], st["share"].get(b, 0.0)) for st in r["curriculum"]]
+                              for r in runs]) for b in buckets}  # fmt: skip
+    steps = [p[0] for p in shares[buckets[0]]] if buckets else []
+    if steps:
+        top.stackplot(steps, *([v for _, v in shares[b]] for b in buckets), labels=buckets,
+                      step="post")  # fmt: skip
+        top.legend(title="bucket", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    top.set(title=f"{variant}: curriculum draws (mean over seeds)", ylabel="share of draws",
+            ylim=(0, 1))  # fmt: skip
+    for b in buckets:
+        rate = _mean_curve([[(st["step"], st["pass_rate"][b]) for st in r["curriculum"]
+                             if b in st["pass_rate"]] for r in runs])  # fmt: skip
+        bottom.plot([p[0] for p in rate], [p[1] for p in rate], marker=".", label=b)
+    bottom.set(title="pass rate per bucket, once it counts", xlabel="RL step",
+               ylabel="group pass rate", ylim=(-0.05, 1.05))  # fmt: skip
+    frontier = _mean_curve([[(st["step"], st["frontier"]) for st in r["curriculum"]
+                             if st["frontier"] is not None] for r in runs])  # fmt: skip
+    if frontier:
+        level = bottom.twinx()
+        level.step([p[0] for p in frontier], [p[1] for p in frontier], where="post",
+                   color="black", linestyle="--", label="frontier")  # fmt: skip
+        level.set(ylabel="frontier (open level)")
+        level.legend(fontsize=8, loc="upper right")
+    if buckets:
+        bottom.legend(title="bucket", fontsize=8, loc="upper left", bbox_to_anchor=(1.12, 1))
+    fig.tight_layout()
+    _save(fig, path)
+
+
 def _plot_sizes(results: dict, variants: list[str], path: Path) -> None:
     fig = Figure(figsize=(5.5, 4))
     FigureCanvasAgg(fig)
@@ -482,17 +712,28 @@ def report_blocks(data: dict, results: dict) -> list[tuple]:
         " SEQ-3) held-out. The paper's size 6 is outside this sweep.")))  # fmt: skip
     blocks.append(("h2", "Every arm"))
     header = ["variant", "arm", "train reward (last half)", "held-out score", "atomic reward",
-              "compositions reward", "atomic acc", "compositions acc", "failed samples"]  # fmt: skip
+              "compositions reward", "atomic acc", "compositions acc", "failed samples",
+              "held-out - SFT start [CI]", "compositions - SFT start [CI]",
+              "vs SFT start"]  # fmt: skip
     rows = []
     for key, r in results["arms"].items():
         variant, arm = key.split("/")
+        vs = r["vs_sft"]
         rows.append([
             variant, ARM_TITLES[arm], _fmt(r["train_reward"], r["train_reward_ci"]),
             _fmt(r["heldout"], r["heldout_ci"]), _fmt(r["atomic_reward"]),
             _fmt(r["compositions_reward"]), _fmt(r["atomic_accuracy"]),
             _fmt(r["compositions_accuracy"]), str(r["failed"]),
+            _fmt(vs["D"], vs["ci"], sign=True),
+            _fmt(vs["compositions_D"], vs["compositions_ci"], sign=True), vs["verdict"],
         ])  # fmt: skip
     blocks.append(("table", header, rows))
+    blocks.append(("p", (
+        "vs SFT start: the arm's held-out score minus that of the SFT model every arm started"
+        " from (scored on the same items, paired), on both sets and on the compositions alone;"
+        " it beats its SFT start if the CI is above 0, is below it if the CI is below 0, else"
+        " it is within the noise.")))  # fmt: skip
+    blocks += _claim4_blocks(results, m["variants"])
     names = [f"size {k}" for k in EVAL_SIZES] + list(OPERATORS) + [
         "with an unseen env", "pool envs only"]  # fmt: skip
     for variant in m["variants"]:
@@ -507,6 +748,7 @@ def report_blocks(data: dict, results: dict) -> list[tuple]:
         blocks.append(("table", header, rows))
         blocks.append(("img", f"plots/curves_{variant}.png"))
     blocks.append(("img", "plots/sizes.png"))
+    blocks += _curriculum_blocks(results, m["variants"])
     blocks.append(("h2", "What each arm trained on (counted from the logged task ids)"))
     header = ["variant", "arm", "seed", "updates", "tasks", "operators", "sizes", "envs",
               "check"]  # fmt: skip
@@ -522,6 +764,43 @@ def report_blocks(data: dict, results: dict) -> list[tuple]:
             "; ".join(run["mixture_problems"]) or "as intended",
         ])  # fmt: skip
     blocks.append(("table", header, rows))
+    return blocks
+
+
+def _claim4_blocks(results: dict, variants: list[str]) -> list[tuple]:
+    """Whether the size sweep could show anything: the SFT start by chain size, and where the
+    SEQ-3/4/5 arms' training reward started."""
+    blocks: list[tuple] = [("h2", "Is claim 4 testable? The SFT start by composition size")]
+    header = ["variant", *(f"size {k} reward / acc" for k in EVAL_SIZES),
+              *(f"{ARM_TITLES[a]} first-step train reward" for a in ("seq3", "seq4", "seq5"))]  # fmt: skip
+    rows = []
+    for variant in variants:
+        c4 = results["claim4"][variant]
+        sizes = c4["sft_by_size"]
+        rows.append([
+            variant,
+            *(f"{_fmt(sizes[str(k)]['reward'])} / {_fmt(sizes[str(k)]['accuracy'])}"
+              f" (n={sizes[str(k)]['items']})" for k in EVAL_SIZES),
+            *(_fmt(c4["first_step_train_reward"].get(a, math.nan)) for a in ("seq3", "seq4", "seq5")),
+        ])  # fmt: skip
+    blocks.append(("table", header, rows))
+    blocks.append(("p", " ".join(f"{v}: {results['claim4'][v]['sentence']}." for v in variants)))
+    return blocks
+
+
+def _curriculum_blocks(results: dict, variants: list[str]) -> list[tuple]:
+    """The curriculum arm's draws and pass rates per bucket (nothing if it did not run)."""
+    blocks: list[tuple] = []
+    for variant in variants:
+        summary = results["curriculum"].get(variant)
+        if not summary:
+            continue
+        blocks.append(("h2", f"The curriculum's buckets ({variant})"))
+        rows = [[b, f"{v['share']:.0%}" if math.isfinite(v["share"]) else "–",
+                 _fmt(v["last_pass_rate"])] for b, v in summary.items()]  # fmt: skip
+        blocks.append(("table", ["bucket (chain size)", "share of all draws", "last pass rate"],
+                       rows))  # fmt: skip
+        blocks.append(("img", f"plots/curriculum_{variant}.png"))
     return blocks
 
 
@@ -593,6 +872,8 @@ def write_study_report(folder: Path) -> dict:
     for variant in variants:
         _plot_curves(data, variant, folder / "plots" / f"curves_{variant}.png")
     _plot_sizes(results, variants, folder / "plots" / "sizes.png")
+    for variant in results["curriculum"]:
+        _plot_curriculum(data, variant, folder / "plots" / f"curriculum_{variant}.png")
     blocks = report_blocks(data, results)
     write_text(folder / "study.md", _markdown(blocks))
     write_text(folder / "report.html", _html(blocks, folder))
