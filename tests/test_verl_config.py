@@ -71,6 +71,9 @@ BASE = {
 }
 
 
+CURRICULUM_ON = "rl.curriculum.enabled=true"
+
+
 def settings_of(overrides: list[str]) -> dict:
     return verl_settings(from_dict(RunConfig, apply_overrides(BASE, overrides)))
 
@@ -208,14 +211,17 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("rl.stages", [{"max_model_tokens": 80, "tool_budget": 5}], []),
     ("rl.expansion_threshold", 0.2, []),
     ("rl.checkpoint_every", 5, []),
-    ("rl.curriculum.key", ["size"], []),
-    ("rl.curriculum.band", [0.1, 0.9], []),
-    ("rl.curriculum.window", 4, []),
-    ("rl.curriculum.min_groups", 1, []),
-    ("rl.curriculum.explore", 0.2, []),
-    ("rl.curriculum.order_by", None, []),
-    ("rl.curriculum.widen_share", 0.8, []),
-    ("rl.curriculum.lookahead", 16, []),
+    ("rl.curriculum.enabled", True, []),
+    ("rl.curriculum.key", ["size"], [CURRICULUM_ON]),
+    ("rl.curriculum.band", [0.1, 0.9], [CURRICULUM_ON]),
+    ("rl.curriculum.window", 4, [CURRICULUM_ON]),
+    ("rl.curriculum.min_groups", 1, [CURRICULUM_ON]),
+    ("rl.curriculum.explore", 0.2, [CURRICULUM_ON]),
+    ("rl.curriculum.order_by", None, [CURRICULUM_ON]),
+    ("rl.curriculum.widen_share", 0.8, [CURRICULUM_ON]),
+    ("rl.curriculum.lookahead", 16, [CURRICULUM_ON]),
+    ("rl.group_size", 6, [CURRICULUM_ON]),
+    ("name", "u", [CURRICULUM_ON]),
     ("eval.samples_per_item", 0, []),
     ("eval.temperature", 0.5, []),
     ("eval.max_model_tokens", 200, []),
@@ -231,7 +237,6 @@ NOT_PERTURBED = {
     "rl.advantage_params": "refused when set",
     "rl.policy_loss": "refused unless ppo_clip",
     "rl.policy_loss_params": "refused when set",
-    "rl.curriculum.enabled": "refused when on",
     "rollout.engine": "only hf trains without an engine installed (vllm), openai cannot train",
     "rollout.urls": "read only by engines that are clients, which cannot train",
 }
@@ -351,7 +356,8 @@ REFUSALS = [
         ],
     ),
     ("device", ["device=mps"]),
-    ("rl.curriculum.enabled", ["rl.curriculum.enabled=true"]),
+    ("rl.curriculum.enabled", [CURRICULUM_ON, "rl.adaptive_batch=true"]),
+    ("rl.curriculum.enabled", [CURRICULUM_ON, "rl.segment_tokens=16"]),
 ]
 
 
@@ -437,3 +443,22 @@ def test_the_loop_rebuilds_the_run_config_from_the_verl_section(problems):
     with pytest.raises(ConfigError) as err:
         run_config_from_verl({"trainer": {}})
     assert err.value.key == "tirl.config" and "\n" not in str(err.value)
+
+
+def test_the_curriculum_runs_in_tirls_dataset_with_its_settings_in_the_data_section():
+    extra = [CURRICULUM_ON, "rl.curriculum.key=[size]", "rl.curriculum.band=[0.1, 0.9]"]
+    cfg = from_dict(RunConfig, apply_overrides(BASE, extra))
+    lines = verl_overrides(cfg)
+    expected = [
+        "data.custom_cls.path='pkg://tirl.integrations.verl.curriculum'",
+        "data.custom_cls.name=CurriculumDataset",
+        "data.dataloader_num_workers=0",  # draws happen in the trainer's process, in step order
+        "+data.tirl_curriculum.key=[size]",
+        "+data.tirl_curriculum.band=[0.1,0.9]",
+        "+data.tirl_curriculum.order_by=size",
+        "+data.tirl_curriculum.group_size=4",
+        "+data.tirl_curriculum.run=t",
+    ]
+    assert set(expected) <= set(lines)
+    assert not any("tirl_curriculum" in line or "custom_cls" in line for line in
+                   verl_overrides(from_dict(RunConfig, apply_overrides(BASE, []))))  # fmt: skip

@@ -149,3 +149,25 @@ def test_the_module_verl_imports_for_tirl_exists():
     from tirl.integrations.verl.config_table import PLUGIN_MODULE
 
     assert importlib.util.find_spec(PLUGIN_MODULE) is not None
+
+
+def test_the_curriculum_overrides_compose_and_name_tirls_dataset(verl_config_dir, problems):
+    """With rl.curriculum on, verl's own `get_dataset_class` finds tirl's dataset, and the
+    dataset reads the recipe's curriculum settings back from the composed data section."""
+    from verl.utils.dataset.rl_dataset import get_dataset_class
+
+    from tirl.integrations.verl.curriculum import CurriculumDataset, curriculum_settings
+
+    path = RECIPES / "cir.yaml"
+    extra = [
+        f"data.train[0].path={problems}",
+        "rl.curriculum.enabled=true",
+        "rl.curriculum.window=5",
+    ]
+    cfg = compose(verl_config_dir, "ppo_trainer", translate(path, extra).splitlines())
+    assert get_dataset_class(cfg.data) is CurriculumDataset
+    assert cfg.data.dataloader_num_workers == 0
+    run = load_config(RunConfig, path, extra)
+    curriculum, group_size, name = curriculum_settings(cfg.data)
+    assert to_dict(curriculum) == to_dict(run.rl.curriculum)
+    assert (group_size, name) == (run.rl.group_size, run.name)

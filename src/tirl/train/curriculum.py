@@ -31,9 +31,9 @@ for every finished group in task order, on every rank alike. So a resumed run dr
 the stream the uninterrupted one would have.
 
 Not covered: "neighbours of unseen environments" (a bucket per environment set would be one
-per composite); rates are per bucket, with no sharing between neighbouring buckets; verl's
-data path reads a fixed parquet and does not use the curriculum (docs/verl.md says what it
-would take).
+per composite); rates are per bucket, with no sharing between neighbouring buckets. Under
+verl the curriculum runs in a dataset class (`tirl.integrations.verl.curriculum`) for verl's
+synchronous trainer only, without adaptive batches or partial rollouts (docs/verl.md).
 """
 
 from __future__ import annotations
@@ -233,10 +233,14 @@ class Curriculum:
             self.assigned.append((self.queues[name].pop(0), name))
             self.drawn[name] += 1
 
+    def stream_position(self, i: int) -> int:
+        """Trainer position i's stream position (drawn now if it was not yet)."""
+        self.assign(i + 1)
+        return self.assigned[i][0]
+
     def task_at(self, i: int) -> Task:
         """Trainer position i's task (drawn now if it was not yet)."""
-        self.assign(i + 1)
-        return self.stream(self.assigned[i][0])
+        return self.stream(self.stream_position(i))
 
     def observe(self, i: int, pass_rate: float) -> None:
         """Feed back the pass rate (share of correct members) of position i's finished group;

@@ -43,6 +43,11 @@ the board (`tirl.integrations.verl.stages`: a named Ray actor shared by every wo
 stage on when a version's truncation rate exceeds the threshold. With stages, the budget
 schedule is not used (as in tirl's own trainer).
 
+Pass-rate curriculum (`rl.curriculum`): a training row that `tirl.integrations.verl.curriculum.
+CurriculumDataset` drew carries its trainer position in `extra_info`; the loop reports each of
+its samples' (position, correct) to the run's board, a named Ray actor the dataset reads before
+its next draw. Validation rows and rows of verl's own dataset report nothing.
+
 Sandbox: one per worker process, made on first use and shared by its trajectories
 (`worker_sandbox`): a local `tirl.sandbox.Sandbox` by default (sessions forked on the node the
 worker runs on), a `RaySandboxPool` of `tirl.sandbox.actors` actors spread over verl's Ray
@@ -121,6 +126,7 @@ from tirl.integrations.verl.config import (  # noqa: E402
     TIRL_SECTION,
     run_config_from_verl,
 )
+from tirl.integrations.verl.curriculum import report_sample  # noqa: E402
 from tirl.integrations.verl.data import (  # noqa: E402
     PromptSettings,
     prompt_settings_of_row,
@@ -493,6 +499,8 @@ class TirlAgentLoop(AgentLoopBase):
         start = time.perf_counter()
         score_trajectory(traj, task)
         reward = setup.reward(traj)
+        if not evaluating:  # a curriculum row's result feeds the next draws
+            await report_sample(extra_info, bool(traj.correct))
         rl = setup.run.rl
         if not evaluating and rl.overlong_buffer > 0:
             reward += _overlong(traj.num_model_tokens, max_model_tokens, rl)

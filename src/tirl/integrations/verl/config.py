@@ -31,7 +31,9 @@ a step's sampling the unfinished requests are aborted and resumed under the new 
 `FullyAsyncLLMServerClient`). A multi-node run with rollout GPUs of its own appends
 `trainer.v1.trainer_mode=separate_async` and its resources (`trainer/ppo/v1/
 trainer_separate_async.py`; it needs train_batch_size = parameter_sync_step *
-ppo_mini_batch_size and a non-naive checkpoint engine). The older
+ppo_mini_batch_size and a non-naive checkpoint engine). The pass-rate curriculum (`rl.curriculum`) sets `data.custom_cls` to tirl's
+`CurriculumDataset` (`tirl.integrations.verl.curriculum`), which needs the synchronous trainer:
+it is refused with partial rollouts or `rl.adaptive_batch`. The older
 `verl.experimental.fully_async_policy` entry point (`async_training.partial_rollout`) is not
 targeted. The v1 trainer imports `transfer_queue` (verl's `verl-core` extra, package
 TransferQueue), as do the async modes.
@@ -55,6 +57,10 @@ from tirl.integrations.verl.config_table import (
     _RESPONSE,
     _ROLLOUT,
     _V1,
+    CURRICULUM_DATASET,
+    CURRICULUM_KEYS,
+    CURRICULUM_MODULE,
+    CURRICULUM_SECTION,
     DUAL_CLIP_OFF,
     MAX_PROMPT_TOKENS,
     PLUGIN_MODULE,
@@ -65,7 +71,11 @@ from tirl.train.config import RunConfig
 VERL_ENTRYPOINT = "verl.trainer.main_ppo"
 
 # Keys verl's schema does not have: Hydra needs `+key=value` to add them.
-_ADDED_KEYS = (TIRL_SECTION, "actor_rollout_ref.actor.fsdp_config.mixed_precision")
+_ADDED_KEYS = (
+    TIRL_SECTION,
+    CURRICULUM_SECTION,
+    "actor_rollout_ref.actor.fsdp_config.mixed_precision",
+)
 
 _OUTCOME_ESTIMATORS = ("grpo", "drgrpo", "rloo")
 
@@ -135,11 +145,17 @@ def check_expressible(cfg: RunConfig) -> None:
             "seq-mean-token-sum-norm with rl.stages: tirl divides by the current stage's"
             " model-token limit, verl's loss_scale_factor is one constant",
         )
-    if rl.curriculum.enabled:
+    if rl.curriculum.enabled and rl.adaptive_batch:
         raise _refusal(
             "rl.curriculum.enabled",
-            "verl reads a fixed parquet in its dataloader's order; the pass-rate curriculum"
-            " runs in tirl's own trainer only (docs/verl.md)",
+            "with rl.adaptive_batch: verl refills dropped groups in the middle of a step, so"
+            " the curriculum would draw on whichever groups happened to finish (docs/verl.md)",
+        )
+    if rl.curriculum.enabled and _partial_rollouts(cfg):
+        raise _refusal(
+            "rl.curriculum.enabled",
+            "with partial rollouts: verl's asynchronous trainer fetches prompts ahead of the"
+            " pass rates they should depend on; the curriculum needs the synchronous trainer",
         )
     if not re.fullmatch(r"cuda(:\d+)?|cpu", cfg.device):
         raise _refusal("device", f"{cfg.device!r}: verl runs on cuda (or cpu for checks)")
@@ -278,11 +294,29 @@ def verl_settings(cfg: RunConfig) -> dict[str, Any]:
         s[f"{_V1}.trainer_mode"] = "colocate_async"
         staleness = rl.max_staleness
         s[f"{_V1}.sampler.max_off_policy_threshold"] = None if staleness is None else staleness + 1
+    if rl.curriculum.enabled:
+        s.update(curriculum_settings(cfg))
     if ev.samples_per_item > 0:
         val = {"n": ev.samples_per_item, "do_sample": True, "temperature": ev.temperature}
     else:
         val = {"n": 1, "do_sample": False, "temperature": 0.0}
     s.update({f"{_ROLLOUT}.val_kwargs.{k}": v for k, v in val.items()})
+    return s
+
+
+def curriculum_settings(cfg: RunConfig) -> dict[str, Any]:
+    """The verl settings of `rl.curriculum` (`tirl.integrations.verl.curriculum`): tirl's
+    dataset class, dataloading in the trainer's process, and what the dataset reads."""
+    cur = cfg.rl.curriculum
+    s: dict[str, Any] = {
+        "data.custom_cls.path": f"pkg://{CURRICULUM_MODULE}",
+        "data.custom_cls.name": CURRICULUM_DATASET,
+        "data.dataloader_num_workers": 0,
+    }
+    for name in CURRICULUM_KEYS:
+        s[f"{CURRICULUM_SECTION}.{name}"] = getattr(cur, name)
+    s[f"{CURRICULUM_SECTION}.group_size"] = cfg.rl.group_size
+    s[f"{CURRICULUM_SECTION}.run"] = cfg.name
     return s
 
 

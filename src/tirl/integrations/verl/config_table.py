@@ -16,6 +16,18 @@ from tirl.train.config import RunConfig
 PLUGIN_MODULE = "tirl.integrations.verl.agent_loop"
 TIRL_SECTION = "tirl"  # the verl config key holding {config: PATH, overrides: [...]}
 
+# `rl.curriculum` under verl: the dataset class (`data.custom_cls`) and the data-config
+# section it reads (the curriculum settings, the group size and the run name).
+CURRICULUM_MODULE = "tirl.integrations.verl.curriculum"
+CURRICULUM_DATASET = "CurriculumDataset"
+CURRICULUM_SECTION = "data.tirl_curriculum"
+CURRICULUM_KEYS = (
+    "key", "band", "window", "min_groups", "explore", "order_by", "widen_share", "lookahead",
+)  # fmt: skip
+_CURRICULUM_VERL_KEYS = tuple(
+    f"{CURRICULUM_SECTION}.{k}" for k in (*CURRICULUM_KEYS, "group_size", "run")
+)
+
 # tirl's prompts are short problem statements; verl needs a bound (prompts are left-padded to
 # it) and errors on a longer prompt (data.truncation: error), so none is dropped silently.
 MAX_PROMPT_TOKENS = 1024
@@ -70,14 +82,20 @@ MAPPING: dict[str, Row] = {
         "imported wherever the run config is loaded: by the launch and in the agent loop's"
         " workers, so what they register is there too"
     ),
-    "name": _verl("trainer.experiment_name", "trainer.default_local_dir"),
+    "name": _verl(
+        "trainer.experiment_name",
+        "trainer.default_local_dir",
+        f"{CURRICULUM_SECTION}.run",
+        note="with rl.curriculum: names the pass-rate board (a Ray actor) the dataset reads",
+    ),
     "out_dir": _verl("trainer.default_local_dir", note="checkpoints in OUT_DIR/NAME/checkpoints"),
     "seed": _verl(
         "data.seed",
         f"{_ROLLOUT}.seed",
         f"{_ACTOR}.data_loader_seed",
-        note="the prompt order, vLLM's sampling seed and the minibatch order (verl repeats a"
-        " row n times with the same fields, so the loop cannot seed each sample apart)",
+        note="the prompt order (with rl.curriculum: the curriculum's draws), vLLM's sampling"
+        " seed and the minibatch order (verl repeats a row n times with the same fields, so"
+        " the loop cannot seed each sample apart)",
     ),
     "variants": _loop(
         "one verl launch trains one policy: exactly one variant (code: the interpreter is"
@@ -175,7 +193,11 @@ MAPPING: dict[str, Row] = {
     "rl.prompts_per_step": _verl(
         "data.train_batch_size", f"{_ACTOR}.ppo_mini_batch_size", note="prompts per step"
     ),
-    "rl.group_size": _verl(f"{_ROLLOUT}.n"),
+    "rl.group_size": _verl(
+        f"{_ROLLOUT}.n",
+        f"{CURRICULUM_SECTION}.group_size",
+        note="with rl.curriculum: the samples a group needs before its pass rate counts",
+    ),
     "rl.lr": _verl(f"{_ACTOR}.optim.lr"),
     "rl.warmup_steps": _verl(
         f"{_ACTOR}.optim.lr_warmup_steps",
@@ -317,28 +339,22 @@ MAPPING: dict[str, Row] = {
     ),
     "rl.expansion_threshold": _loop("truncation rate that moves the loop to the next stage"),
     "rl.checkpoint_every": _verl("trainer.save_freq", note="0: only at the end (= rl.steps)"),
-    "rl.curriculum.enabled": _none(
-        "refused when on: verl reads a fixed parquet in its dataloader's order; tirl's"
-        " curriculum draws from its own task stream (docs/verl.md says what verl would need)"
+    "rl.curriculum.enabled": _verl(
+        "data.custom_cls.path",
+        "data.custom_cls.name",
+        "data.dataloader_num_workers",
+        *_CURRICULUM_VERL_KEYS,
+        note="tirl's dataset class draws each row by the curriculum and reads the pass rates"
+        " the loop reports (tirl.integrations.verl.curriculum); dataloading in the trainer's"
+        " process so draws follow the finished steps. Synchronous trainer only: refused with"
+        " rl.adaptive_batch or partial rollouts",
     ),
-    "rl.curriculum.key": _none("read only with rl.curriculum.enabled, refused in a verl launch"),
-    "rl.curriculum.band": _none("read only with rl.curriculum.enabled, refused in a verl launch"),
-    "rl.curriculum.window": _none("read only with rl.curriculum.enabled, refused in a verl launch"),
-    "rl.curriculum.min_groups": _none(
-        "read only with rl.curriculum.enabled, refused in a verl launch"
-    ),
-    "rl.curriculum.explore": _none(
-        "read only with rl.curriculum.enabled, refused in a verl launch"
-    ),
-    "rl.curriculum.order_by": _none(
-        "read only with rl.curriculum.enabled, refused in a verl launch"
-    ),
-    "rl.curriculum.widen_share": _none(
-        "read only with rl.curriculum.enabled, refused in a verl launch"
-    ),
-    "rl.curriculum.lookahead": _none(
-        "read only with rl.curriculum.enabled, refused in a verl launch"
-    ),
+    **{
+        f"rl.curriculum.{name}": _verl(
+            f"{CURRICULUM_SECTION}.{name}", note="read by the curriculum dataset"
+        )
+        for name in CURRICULUM_KEYS
+    },
     # ---- evaluation: verl's validation pass
     "eval.samples_per_item": _verl(
         f"{_ROLLOUT}.val_kwargs.n",
