@@ -94,8 +94,9 @@ def add_data_parser(sub) -> None:
         "--start",
         type=number(int, ">= 0"),
         default=0,
-        help="train: the first mixture position, e.g. sft.examples to skip the items tirl's"
-        " SFT used (default 0)",
+        help="train: the first mixture position, to skip the items tirl's SFT used: sft.examples,"
+        " or with sft.stages the position past every stage's items"
+        " (tirl.train.pipeline.first_rl_position; default 0)",
     )
     p.add_argument(
         "--agent-name",
