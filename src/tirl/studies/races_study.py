@@ -168,8 +168,8 @@ def write_task_files(tasks: StudyTasks, folder: Path) -> dict:
 
 def base_config(cfg: RacesStudyConfig, tasks_dir: Path) -> RunConfig:
     """The run config every phase shares: SFT in the study's stages, evaluation on the held-out
-    sets. The stages' first items come first in data.train too, so RL's positions start past
-    them (arms replace data.train with their own file)."""
+    sets. data.train is the first stage's set, whose items the tokenizer is trained on; every
+    arm replaces it with its own RL task file (`arm_config`)."""
     s = cfg.study
     run = cfg.run
     evals = [
