@@ -163,7 +163,7 @@ def test_an_arm_against_its_sft_start_is_a_paired_difference_with_a_verdict():
     assert out["D"] == pytest.approx(((4 - 2) / 6 + 0.5) / 2)
     assert out["compositions_D"] == pytest.approx(0.5)
     assert out["ci"][0] > 0 and out["compositions_ci"][0] > 0
-    assert out["verdict"] == "beats its SFT start"
+    assert out["verdict"] == out["compositions_verdict"] == "beats its SFT start"
     # the seeds disagree around the start: within the noise, and the same items are paired
     noisy = {"atomic": np.array([[1.0, 1, 0, 1, 0, 0], [0, 0, 0, 1, 0, 0], [1, 0, 0, 1, 0, 0]]),
              "compositions": np.array([[1.0] + [0] * 7, [0] * 8, [0] * 8])}  # fmt: skip
@@ -247,7 +247,9 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
     assert set(results["claims"]) == {"code", "text"}
     assert all(len(v) == 4 for v in results["claims"].values())
     for key, row in results["arms"].items():
-        assert set(row["vs_sft"]) == {"D", "ci", "verdict", "compositions_D", "compositions_ci"}
+        assert set(row["vs_sft"]) == {
+            "D", "ci", "verdict", "compositions_D", "compositions_ci", "compositions_verdict"
+        }  # fmt: skip
         assert row["vs_sft"]["verdict"] in ("beats its SFT start", "below its SFT start",
                                             "within the noise"), key  # fmt: skip
     assert "beat their SFT start" in printed

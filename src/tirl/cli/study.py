@@ -40,12 +40,18 @@ def _print_summary(results: dict, out: Path) -> None:
         verdicts = ", ".join(f"{i + 1}: {c['verdict']}" for i, c in enumerate(claims))
         print(f"{variant}: claims {verdicts}")
     for variant in results["claims"]:
-        beat = [
-            key.split("/")[1]
-            for key, row in results["arms"].items()
-            if key.startswith(f"{variant}/") and row["vs_sft"]["verdict"] == "beats its SFT start"
-        ]
-        print(f"{variant}: arms that beat their SFT start: {', '.join(beat) or 'none'}")
+        for label, key in (
+            ("held-out", "verdict"),
+            ("held-out compositions", "compositions_verdict"),
+        ):
+            beat = [
+                name.split("/")[1]
+                for name, row in results["arms"].items()
+                if name.startswith(f"{variant}/") and row["vs_sft"][key] == "beats its SFT start"
+            ]
+            print(
+                f"{variant}: arms that beat their SFT start on {label}: {', '.join(beat) or 'none'}"
+            )
     print(f"\nstudy folder: {out}\nreport: {out / 'study.md'}  and {out / 'report.html'}")
 
 

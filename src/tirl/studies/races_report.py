@@ -365,7 +365,7 @@ def versus_start(arm: dict[str, np.ndarray], start: dict[str, np.ndarray], draws
     comp = ("compositions",)
     cd, cc = paired_difference({s: arm[s] for s in comp}, {s: start_rows[s] for s in comp}, draws)
     return {"D": d, "ci": c, "verdict": start_verdict(*c), "compositions_D": cd,
-            "compositions_ci": cc}  # fmt: skip
+            "compositions_ci": cc, "compositions_verdict": start_verdict(*cc)}  # fmt: skip
 
 
 def claim4_testability(
@@ -714,7 +714,7 @@ def report_blocks(data: dict, results: dict) -> list[tuple]:
     header = ["variant", "arm", "train reward (last half)", "held-out score", "atomic reward",
               "compositions reward", "atomic acc", "compositions acc", "failed samples",
               "held-out - SFT start [CI]", "compositions - SFT start [CI]",
-              "vs SFT start"]  # fmt: skip
+              "vs SFT start", "compositions vs SFT start"]  # fmt: skip
     rows = []
     for key, r in results["arms"].items():
         variant, arm = key.split("/")
@@ -726,6 +726,7 @@ def report_blocks(data: dict, results: dict) -> list[tuple]:
             _fmt(r["compositions_accuracy"]), str(r["failed"]),
             _fmt(vs["D"], vs["ci"], sign=True),
             _fmt(vs["compositions_D"], vs["compositions_ci"], sign=True), vs["verdict"],
+            vs["compositions_verdict"],
         ])  # fmt: skip
     blocks.append(("table", header, rows))
     blocks.append(("p", (
