@@ -31,9 +31,10 @@ a step's sampling the unfinished requests are aborted and resumed under the new 
 `FullyAsyncLLMServerClient`). A multi-node run with rollout GPUs of its own appends
 `trainer.v1.trainer_mode=separate_async` and its resources (`trainer/ppo/v1/
 trainer_separate_async.py`; it needs train_batch_size = parameter_sync_step *
-ppo_mini_batch_size and a non-naive checkpoint engine). The pass-rate curriculum (`rl.curriculum`) sets `data.custom_cls` to tirl's
-`CurriculumDataset` (`tirl.integrations.verl.curriculum`), which needs the synchronous trainer:
-it is refused with partial rollouts or `rl.adaptive_batch`. The older
+ppo_mini_batch_size and a non-naive checkpoint engine). The pass-rate curriculum
+(`rl.curriculum`) sets `data.custom_cls` to tirl's `CurriculumDataset`
+(`tirl.integrations.verl.curriculum`), which needs the synchronous trainer: it is refused with
+partial rollouts or `rl.adaptive_batch`. The older
 `verl.experimental.fully_async_policy` entry point (`async_training.partial_rollout`) is not
 targeted. The v1 trainer imports `transfer_queue` (verl's `verl-core` extra, package
 TransferQueue), as do the async modes.
