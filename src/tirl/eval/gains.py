@@ -19,8 +19,6 @@ import numpy as np
 from tirl.eval.metrics import bootstrap_ci
 from tirl.protocol.segments import Trajectory
 
-PHASES = ("sft", "rl")  # before, after
-
 
 def paired_gain(before: dict[str, float], after: dict[str, float]) -> dict:
     """Mean of after - before over the items both have, and its 95 % bootstrap CI over items.
