@@ -28,9 +28,9 @@ from tirl.studies.races_tasks import (
     ARMS,
     CURRICULUM_ARMS,
     EVAL_SIZES,
+    HeldOut,
     choose_pool,
     composition_key,
-    composition_side,
     item_key,
     study_tasks,
 )
@@ -72,11 +72,10 @@ def test_held_out_sets_share_no_item_and_no_composition_with_any_training_set(ta
     assert not any(set(t.envs) & unseen for t in tasks.atomic)
     assert {e for t in tasks.compositions for e in t.envs} >= unseen
     # a composition's side depends on its names alone; a training one is on the train side
+    held_out = HeldOut(POOL.unseen, 0.25)
+    assert all(held_out.composition_side(composition_key(t)) == "test" for t in tasks.compositions)
     assert all(
-        composition_side(composition_key(t), POOL.unseen) == "test" for t in tasks.compositions
-    )
-    assert all(
-        composition_side(composition_key(t), POOL.unseen) == "train"
+        held_out.composition_side(composition_key(t)) == "train"
         for t in training if len(t.envs) > 1
     )  # fmt: skip
     # every size and operator held out, each composition once
@@ -85,6 +84,29 @@ def test_held_out_sets_share_no_item_and_no_composition_with_any_training_set(ta
     assert len({composition_key(t) for t in tasks.compositions}) == len(tasks.compositions)
     assert {t.meta["split"] for t in held} == {"test"}
     assert {t.meta["split"] for t in training} == {"train"}
+
+
+def test_without_unseen_environments_a_share_of_orders_is_held_out_by_name():
+    pool = choose_pool(10, 0, 0)
+    assert pool.unseen == () and len(pool.train) == 10
+    held = study_tasks(pool, 0, sft_items=200, arm_items=40, atomic_items=8, per_cell=4,
+                       sft_sizes=(2,), arm_seeds=(0,), heldout_share=0.25)  # fmt: skip
+    # 64 held-out compositions, of trained environments only, none of them in SFT or any arm
+    assert len(held.compositions) == 64 and {e for t in held.compositions for e in t.envs} <= set(
+        pool.train
+    )
+    trained = {composition_key(t) for ts in [*held.sft, *held.arms.values()] for t in ts}
+    assert not {composition_key(t) for t in held.compositions} & trained
+    # the share is the share of all sequences of two held out (84 of them pass quality control)
+    rule = HeldOut((), 0.25)
+    pairs = {(a, b) for a in pool.train for b in pool.train if a != b}
+    test_pairs = sum(rule.composition_side(p) == "test" for p in pairs)
+    assert 0.15 * len(pairs) < test_pairs < 0.35 * len(pairs)
+    assert sum(HeldOut((), 0.5).composition_side(p) == "test" for p in pairs) > test_pairs
+    # the usual eighth leaves too few sequences of two for four cells of four
+    with pytest.raises(ValueError, match="ran out of size-2 compositions .* study.heldout_share"):
+        study_tasks(pool, 0, sft_items=20, arm_items=4, atomic_items=2, per_cell=4,
+                    sft_sizes=(2,), arm_seeds=(0,), heldout_share=0.125)  # fmt: skip
 
 
 def test_every_arm_draws_its_own_mixture(tasks):
@@ -314,6 +336,8 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
         ("run.rl.curriculum.enabled=true", "the study turns the curriculum on for the curriculum"),
         ("study.sft_stages=[[2,10],[0,5]]", "each stage must be [max chain size >= 1, steps >= 1]"),
         ("study.sft_stages=[]", "must list at least one stage"),
+        ("study.heldout_share=1", "study.heldout_share"),
+        ("study.heldout_share=0.05", "ran out of size-2 compositions (3 of size 2 held out; raise"),
     ],
 )
 def test_a_bad_study_config_is_one_line(override, words, tmp_path, capsys):

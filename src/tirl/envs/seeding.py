@@ -50,6 +50,11 @@ def split_of(env: str, content: str) -> str:
     return "test" if _digest(env, content) % TEST_SHARE_DENOMINATOR == 0 else "train"
 
 
+def unit_hash(env: str, content: str) -> float:
+    """A number in [0, 1) decided by (env, content) alone: holds out any share of a space."""
+    return _digest(env, content) / 2**64
+
+
 # The search and the operators draw a full random order of a list again and again (every
 # frontier state orders all its candidates). `random.Random.sample(xs, len(xs))` and
 # `random.Random.shuffle` spend most of their time in a Python-level `_randbelow` call per

@@ -451,9 +451,11 @@ def analyse(data: dict, seed: int = 0) -> dict:
         **{f"size {k}": [i for i, r in enumerate(comp_rows) if len(r["envs"]) == k]
            for k in EVAL_SIZES},
         **{op: [i for i, r in enumerate(comp_rows) if r["operator"] == op] for op in OPERATORS},
-        "with an unseen env": [i for i, r in enumerate(comp_rows) if set(r["envs"]) & unseen],
-        "pool envs only": [i for i, r in enumerate(comp_rows) if not set(r["envs"]) & unseen],
     }  # fmt: skip
+    if unseen:  # else every composition is of pool environments
+        with_unseen = [bool(set(r["envs"]) & unseen) for r in comp_rows]
+        groups["with an unseen env"] = [i for i, w in enumerate(with_unseen) if w]
+        groups["pool envs only"] = [i for i, w in enumerate(with_unseen) if not w]
     out: dict = {"arms": {}, "claims": {}, "groups": {}, "claim4": {}, "curriculum": {}}
     for variant in manifest["variants"]:
         mats = {arm: {s: _stack(data, variant, arm, s) for s in SETS} for arm in arms}
@@ -735,11 +737,11 @@ def report_blocks(data: dict, results: dict) -> list[tuple]:
         " it beats its SFT start if the CI is above 0, is below it if the CI is below 0, else"
         " it is within the noise.")))  # fmt: skip
     blocks += _claim4_blocks(results, m["variants"])
-    names = [f"size {k}" for k in EVAL_SIZES] + list(OPERATORS) + [
-        "with an unseen env", "pool envs only"]  # fmt: skip
     for variant in m["variants"]:
         blocks.append(("h2", f"Held-out compositions by size and operator ({variant})"))
         first = m["arms"][0]
+        prefix = f"{variant}/{first}/"  # the groups in the order analyse made them
+        names = [key.removeprefix(prefix) for key in results["groups"] if key.startswith(prefix)]
         counts = {n: results["groups"][f"{variant}/{first}/{n}"]["items"] for n in names}
         header = ["arm", *(f"{n} (n={counts[n]})" for n in names)]
         rows = [[ARM_TITLES[arm], *(_fmt(results["groups"][f"{variant}/{arm}/{n}"]["mean"],

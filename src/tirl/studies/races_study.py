@@ -9,7 +9,7 @@ a tiny model (the task sets: `tirl.studies.races_tasks`):
 
 1. one SFT model per variant (`code`: the interpreter is on; `text`: text-only), trained in
    stages (`study.sft_stages`, run as `sft.stages`: one optimizer and schedule): atomic tasks and
-   compositions up to size 2 until the model copies its input, then chains up to size 4, so that
+   compositions up to size 2 until the model copies its input, then chains up to size 3, so that
    the start solves some longer chains; evaluated on the held-out sets (the curves' step 0);
 2. from that same SFT model, for every seed, RL of each arm (`tirl.studies.races_tasks.ARMS`:
    individual, RACES, RACES-small, SEQUENTIAL-only at sizes 2, 3, 4, 5, and the pass-rate
@@ -111,12 +111,17 @@ class StudySettings:
         check=_arms_problem,
     )
     pool_size: int = setting(10, ">= 2", "base environments trained on (the shortest code)")
-    unseen: int = setting(2, ">= 0", "environments never trained on, only in held-out compositions")
+    unseen: int = setting(
+        0, ">= 0", "environments never trained on, only in held-out compositions (all of them)"
+    )
+    heldout_share: float = setting(
+        0.25, "(0, 1)", "the share of compositions of trained environments held out, by name"
+    )
     arm_items: int = setting(400, ">= 1", "RL tasks written per arm (RL cycles over them)")
     atomic_items: int = setting(32, ">= 1", "held-out atomic tasks")
     per_cell: int = setting(4, ">= 1", "held-out compositions per (size 2-5, operator)")
     sft_stages: list[list[int]] = setting(
-        factory=lambda: [[2, 1000], [4, 300]],
+        factory=lambda: [[2, 1000], [3, 500]],
         doc="SFT's stages, each [max chain size, steps]: atomic tasks and compositions up to"
         " that size; they replace run.sft.steps",
         check=_stages_problem,
@@ -231,6 +236,7 @@ def run_study(
             s.per_cell,
             sft_sizes=tuple(size for size, _ in s.sft_stages),
             arm_seeds=tuple(s.seeds),
+            heldout_share=s.heldout_share,
         )
     except ValueError as e:
         raise ConfigError(f"study: {e}") from None

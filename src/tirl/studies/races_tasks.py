@@ -6,10 +6,12 @@ their compositions. To ask the same question of a tiny model this module fixes:
 - the pool: integer -> integer environments, whose chains always type-check, with the shortest
   mapper code (a tiny model has to learn to write each one) and short instructions; the first
   `pool_size` of them train, the next `unseen` are never trained on;
-- the held-out compositions: a sequence of two or more environments belongs to the test side
-  by a hash of its names alone, so no training set (SFT or any arm) holds a composition the
-  evaluation asks about, with any input; every sequence that contains an unseen environment is
-  on the test side too;
+- the held-out compositions (`HeldOut`): a sequence of two or more environments belongs to the
+  test side by a hash of its names alone (a `share` of all sequences), so no training set (SFT
+  or any arm) holds a composition the evaluation asks about, with any input; every sequence
+  that contains an unseen environment is on the test side too. Unseen environments test
+  generalization to new environments as well as new orders, which a tiny model cannot do at
+  all (the study's default has none: its compositions are new orders of trained environments);
 - the held-out atomic tasks: one pool environment on an input whose (environment, input) hash
   falls on the test side (an atomic task is its own composition, so only its inputs are held out).
 
@@ -30,7 +32,7 @@ from tirl.envs.core import REGISTRY, Chain, Environment, Registry
 from tirl.envs.dataset import DEFAULT_MIXTURE
 from tirl.envs.operators import OPERATORS, OperatorTask, make_task
 from tirl.envs.search import SearchConfig, search
-from tirl.envs.seeding import split_of
+from tirl.envs.seeding import split_of, unit_hash
 
 ARMS = ("individual", "races", "races_small", "seq2", "seq3", "seq4", "seq5", "curriculum")
 EVAL_SIZES = (2, 3, 4, 5)
@@ -108,16 +110,28 @@ def _changes_its_input(env: Environment, draws: int = 64) -> bool:
     return sum(env.mapper(x) != x for x in xs) > draws // 2
 
 
-def composition_side(names: tuple[str, ...], unseen: tuple[str, ...]) -> str:
-    """'test' for a held-out composition (two or more environments), else 'train'."""
-    if set(names) & set(unseen):
-        return "test"
-    return split_of("races-study/composition", json.dumps(list(names)))
+@dataclass(frozen=True)
+class HeldOut:
+    """Which compositions the study holds out: those with an `unseen` environment, and a `share`
+    of the others, by a hash of their names (ten environments make 84 sequences of two: the
+    test split's usual eighth leaves too few for every operator's cell)."""
 
+    unseen: tuple[str, ...] = ()
+    share: float = 0.25
 
-def atomic_side(traj: Chain) -> str:
-    """An atomic task's side, by its (environment, input)."""
-    return split_of("races-study/atomic", json.dumps([traj.names(), repr(traj.x0)]))
+    def composition_side(self, names: tuple[str, ...]) -> str:
+        """'test' for a held-out composition (two or more environments), else 'train'."""
+        if set(names) & set(self.unseen):
+            return "test"
+        held = unit_hash("races-study/composition", json.dumps(list(names))) < self.share
+        return "test" if held else "train"
+
+    def side(self, traj: Chain) -> str:
+        """A chain's side: an atomic task's by its (environment, input), as it is its own
+        composition; a longer chain's by its composition."""
+        if traj.size == 1:
+            return split_of("races-study/atomic", json.dumps([traj.names(), repr(traj.x0)]))
+        return self.composition_side(traj.names())
 
 
 def _chains(
@@ -132,10 +146,6 @@ def _chains(
     return search(registry, set_seed, config, side)
 
 
-def _side_of(traj: Chain, unseen: tuple[str, ...]) -> str:
-    return atomic_side(traj) if traj.size == 1 else composition_side(traj.names(), unseen)
-
-
 def draw_tasks(
     registry: Registry,
     spec: ArmSpec,
@@ -143,7 +153,7 @@ def draw_tasks(
     seed: int,
     tag: str,
     side: str,
-    unseen: tuple[str, ...],
+    held_out: HeldOut,
     per_composite: int,
     arm: str | None = None,
 ) -> list[OperatorTask]:
@@ -164,7 +174,7 @@ def draw_tasks(
         if traj is None:  # a small pool runs out of long chains: the other sizes go on
             del streams[size]
             continue
-        if _side_of(traj, unseen) != side:
+        if held_out.side(traj) != side:
             misses += 1
             if misses > 200 * n + 10_000:
                 raise ValueError(f"{tag}: too few {side} chains of sizes {lo}-{hi}")
@@ -177,7 +187,7 @@ def draw_tasks(
 
 
 def held_out_compositions(
-    registry: Registry, per_cell: int, seed: int, unseen: tuple[str, ...]
+    registry: Registry, per_cell: int, seed: int, held_out: HeldOut
 ) -> list[OperatorTask]:
     """`per_cell` held-out compositions for every (size 2-5, operator), each composition once."""
     rng = random.Random(f"races-study/heldout/{seed}")
@@ -190,8 +200,12 @@ def held_out_compositions(
             while made < per_cell:
                 traj = next(stream, None)
                 if traj is None:
-                    raise ValueError(f"held-out: the search ran out of size-{size} compositions")
-                if traj.names() in used or composition_side(traj.names(), unseen) != "test":
+                    raise ValueError(
+                        f"held-out: the search ran out of size-{size} compositions ({len(used)}"
+                        f" of size {size} held out; raise study.heldout_share or lower"
+                        " study.per_cell)"
+                    )
+                if traj.names() in used or held_out.composition_side(traj.names()) != "test":
                     continue
                 used.add(traj.names())
                 task = make_task(operator, traj, registry, rng)
@@ -210,6 +224,7 @@ def study_tasks(
     sft_sizes: tuple[int, ...] = (2,),
     arm_seeds: tuple[int, ...] = (0,),
     per_composite: int = 8,
+    heldout_share: float = 0.25,
 ) -> StudyTasks:
     """Every task set of the study (see the module doc). SFT stage k's demonstrations mix atomic
     tasks and compositions of sizes 2..`sft_sizes[k]` over the whole pool, every operator, so
@@ -219,13 +234,13 @@ def study_tasks(
     train_registry = REGISTRY.subset(list(pool.train))
     small_registry = REGISTRY.subset(list(pool.small))
     full_registry = REGISTRY.subset([*pool.train, *pool.unseen])
-    unseen = pool.unseen
+    held_out = HeldOut(pool.unseen, heldout_share)
     # SFT draws its compositions with many inputs each: a few hundred distinct chains would be
     # memorized in a few epochs, and the model must learn to copy any input, not these
     sft = [
         draw_tasks(
             train_registry, ArmSpec(dict(DEFAULT_MIXTURE), (1, size)), sft_items, seed,
-            "sft" if k == 0 else f"sft{k}", "train", unseen, 10**6, arm="sft",
+            "sft" if k == 0 else f"sft{k}", "train", held_out, 10**6, arm="sft",
         )
         for k, size in enumerate(sft_sizes)
     ]  # fmt: skip
@@ -238,13 +253,13 @@ def study_tasks(
         for s in arm_seeds:
             tag = name if s == 0 else f"{name}/seed{s}"  # seed 0 keeps the single-seed sets
             arms[name, s] = draw_tasks(
-                registry, spec, arm_items, seed, tag, "train", unseen, many, arm=name
+                registry, spec, arm_items, seed, tag, "train", held_out, many, arm=name
             )
     atomic = draw_tasks(
         train_registry, ArmSpec({"sequential": 1.0}, (1, 1)), atomic_items, seed, "atomic",
-        "test", unseen, 1,
+        "test", held_out, 1,
     )  # fmt: skip
-    compositions = held_out_compositions(full_registry, per_cell, seed, unseen)
+    compositions = held_out_compositions(full_registry, per_cell, seed, held_out)
     return StudyTasks(pool, sft, arms, atomic, compositions)
 
 
