@@ -200,10 +200,10 @@ def held_out_compositions(
             while made < per_cell:
                 traj = next(stream, None)
                 if traj is None:
+                    held = sum(len(names) == size for names in used)
                     raise ValueError(
-                        f"held-out: the search ran out of size-{size} compositions ({len(used)}"
-                        f" of size {size} held out; raise study.heldout_share or lower"
-                        " study.per_cell)"
+                        f"held-out: the search ran out of size-{size} compositions ({held} of"
+                        f" size {size} held out; raise study.heldout_share or lower study.per_cell)"
                     )
                 if traj.names() in used or held_out.composition_side(traj.names()) != "test":
                     continue
