@@ -97,7 +97,7 @@ def test_without_unseen_environments_a_share_of_orders_is_held_out_by_name():
     )
     trained = {composition_key(t) for ts in [*held.sft, *held.arms.values()] for t in ts}
     assert not {composition_key(t) for t in held.compositions} & trained
-    # the share is the share of all sequences of two held out (84 of them pass quality control)
+    # about that share of the 90 orders of two distinct environments is held out
     rule = HeldOut((), 0.25)
     pairs = {(a, b) for a in pool.train for b in pool.train if a != b}
     test_pairs = sum(rule.composition_side(p) == "test" for p in pairs)
