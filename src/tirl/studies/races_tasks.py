@@ -224,7 +224,7 @@ def study_tasks(
     sft_sizes: tuple[int, ...] = (2,),
     arm_seeds: tuple[int, ...] = (0,),
     per_composite: int = 8,
-    heldout_share: float = 0.25,
+    heldout_share: float = HeldOut.share,
 ) -> StudyTasks:
     """Every task set of the study (see the module doc). SFT stage k's demonstrations mix atomic
     tasks and compositions of sizes 2..`sft_sizes[k]` over the whole pool, every operator, so
