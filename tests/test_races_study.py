@@ -326,6 +326,42 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
             assert not (out / "seed0" / arm / variant / "rl").exists(), arm
             assert not (out / "seed0" / arm / variant / "rl_state").exists(), arm
 
+    # --sft-from: a study with other RL settings starts every arm from this study's SFT model
+    # instead of training one: no SFT step is logged, and the start scores as it did here
+    again = tmp_path / "again"
+    other_rl = [o for o in REDUCED if not o.startswith("run.rl.steps=")] + ["run.rl.steps=1"]
+    args = ["study", "races", "--out", str(again), "--sft-from", str(out), *other_rl]
+    assert main([*args, "study.arms=[races]"]) == 0
+    capsys.readouterr()
+    sft_log = again / "sft" / "metrics.jsonl"
+    logged = [json.loads(line) for line in sft_log.open()] if sft_log.exists() else []
+    assert not [r for r in logged if "train/loss" in r]
+    start, start_again = (json.loads((d / "sft" / "eval_progress.json").read_text())
+                          for d in (out, again))  # fmt: skip
+    for variant in ("code", "text"):
+        for s in ("atomic", "compositions"):
+            reward = start[variant]["sft"][s]["eval/reward"]
+            assert start_again[variant]["sft"][s]["eval/reward"] == reward, (variant, s)
+    assert json.loads((again / "results.json").read_text())["arms"].keys() == {
+        "code/races", "text/races"}  # fmt: skip
+    # a start made from other SFT settings or tasks, or no start at all, is one line
+    refused = tmp_path / "refused"
+    for extra, folder, where, message in (
+        (["run.sft.lr=0.01"], refused, out, "made from other settings (sft.lr differ)"),
+        (["study.task_seed=1"], refused, out, "sft_stage0, tasks.sft_stage1 differ"),
+        ([], refused, tmp_path / "nowhere", "no such folder"),
+        ([], refused, tmp_path, "it has no sft/inputs.json"),
+        ([], again, again, "it is the study's own folder"),
+    ):
+        bad = ["study", "races", "--out", str(folder), "--sft-from", str(where), *other_rl]
+        assert main([*bad, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert not refused.exists() and (again / "results.json").exists()
+    assert main(["study", "races", "--report-only", "--out", str(out), "--sft-from", str(out)]) == 2
+    assert "--sft-from is for a study that trains" in capsys.readouterr().err
+
 
 @pytest.mark.parametrize(
     "override, words",

@@ -17,6 +17,8 @@ def cmd_study_races(args: argparse.Namespace) -> int:
     from tirl.studies.races_report import finished_problem, write_study_report
 
     out = Path(args.out)
+    if args.report_only and args.sft_from:
+        raise ConfigError("--report-only trains nothing; --sft-from is for a study that trains")
     if args.report_only:
         problem = finished_problem(out)
         if problem:
@@ -30,7 +32,8 @@ def cmd_study_races(args: argparse.Namespace) -> int:
     from tirl.apps.evaluation import evaluation
     from tirl.studies.races_study import run_study
 
-    _print_summary(run_study(cfg, out, evaluation(), write_study_report), out)
+    sft_from = Path(args.sft_from) if args.sft_from else None
+    _print_summary(run_study(cfg, out, evaluation(), write_study_report, sft_from), out)
     return 0
 
 
@@ -79,5 +82,11 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--report-only", action="store_true",
         help="write the report of the finished study in --out again, without training",
+    )  # fmt: skip
+    p.add_argument(
+        "--sft-from", metavar="FOLDER",
+        help="start every arm from the SFT model of the study in FOLDER instead of training"
+        " one: to change RL or evaluation settings without repeating SFT (refused unless"
+        " FOLDER's SFT start was made from the same settings and task sets)",
     )  # fmt: skip
     p.set_defaults(func=cmd_study_races)

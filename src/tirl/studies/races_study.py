@@ -21,7 +21,8 @@ a tiny model (the task sets: `tirl.studies.races_tasks`):
 3. the analysis and report (`tirl.studies.races_report`, which the command hands in).
 
 Folder: `tasks/` (every task set as JSONL with `meta.split`, and `manifest.json`), `sft/` (the
-SFT run folder of both variants), `seed<N>/<arm>/` (each arm's run folder: metrics.jsonl with the
+SFT run folder of both variants, and `inputs.json`: what the start was made from, so that a later
+study with other RL settings can start from it, `sft_from`), `seed<N>/<arm>/` (each arm's run folder: metrics.jsonl with the
 ids of the tasks every update trained on, `train/tasks`; samples of the final evaluation; the
 RL policy and trainer state only with `study.keep_policies`), then the report's files.
 
@@ -36,16 +37,18 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import json
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from tirl.config import ConfigError, setting
+from tirl.config import ConfigError, setting, to_dict
 from tirl.envs.dataset import write_tasks
-from tirl.envs.operators import OPERATORS
+from tirl.envs.operators import OPERATORS, OperatorTask
 from tirl.files import write_text
+from tirl.models.tiny import is_saved_policy
 from tirl.studies.races_tasks import (
     ARMS,
     CURRICULUM_ARMS,
@@ -55,7 +58,13 @@ from tirl.studies.races_tasks import (
     study_tasks,
 )
 from tirl.train.config import RunConfig, SFTStage
-from tirl.train.pipeline import Evaluation, Pipeline, quiet_transformers, seed_everything
+from tirl.train.pipeline import (
+    Evaluation,
+    Pipeline,
+    flat_keys,
+    quiet_transformers,
+    seed_everything,
+)
 from tirl.train.run_folder import claim_folder
 from tirl.train.runtime import sandbox_for
 
@@ -69,6 +78,13 @@ STUDY_ENTRIES: tuple[str, ...] = (
     r"plots",
 )
 EVAL_SETS = ("atomic", "compositions")
+# sft/inputs.json: what a study's SFT start was made from, for a later study's `sft_from`.
+SFT_INPUTS = "inputs.json"
+# The settings the SFT start depends on; a study that starts from another's SFT may change the
+# rest (rl, eval, the engine, threads, the arms and seeds).
+SFT_KEYS = ("seed", "protocol", "tools", "prompt", "model", "sandbox", "sft")
+# Where the sandbox runs does not change what the demonstrations' code prints.
+SANDBOX_PLACE = ("sandbox.kind", "sandbox.urls", "sandbox.actors", "sandbox.kill_background")
 
 
 def _seeds_problem(seeds: list[int]) -> str | None:
@@ -204,10 +220,53 @@ def arm_config(base: RunConfig, tasks_dir: Path, arm: str, seed: int) -> RunConf
     )
 
 
+def sft_inputs(base: RunConfig, sft_sets: list[list[OperatorTask]]) -> dict:
+    """What a study's SFT start is made of, by dotted key: the settings of SFT_KEYS and a
+    content hash of each SFT stage's task set. Equal inputs train the same start."""
+    settings = {key: to_dict(base)[key] for key in SFT_KEYS}
+    for stage in settings["sft"]["stages"]:  # a stage's tasks count by content, below
+        del stage["data"]
+    inputs = {k: v for k, v in flat_keys(settings).items() if k not in SANDBOX_PLACE}
+    for k, rows in enumerate(sft_sets):
+        content = json.dumps([t.to_dict() for t in rows], sort_keys=True).encode()
+        inputs[f"tasks.{sft_file(k)}"] = hashlib.sha256(content).hexdigest()
+    return inputs
+
+
+def sft_start_problem(folder: Path, out_dir: Path, inputs: dict, variants: list[str]) -> str | None:
+    """Why the SFT start of the study in `folder` cannot be that of the study in `out_dir`
+    (None if it can)."""
+    if not folder.is_dir():
+        return "no such folder"
+    if folder.resolve() == out_dir.resolve():
+        return "it is the study's own folder, which a new study clears first; give another"
+    saved = folder / "sft" / SFT_INPUTS
+    if not saved.is_file():
+        return f"it has no sft/{SFT_INPUTS}: not a study folder, or one from before --sft-from"
+    try:
+        old = json.loads(saved.read_text())
+    except ValueError:
+        return f"its sft/{SFT_INPUTS} is not JSON"
+    differ = sorted(k for k in old.keys() | inputs.keys() if old.get(k) != inputs.get(k))
+    if differ:
+        return f"its SFT start was made from other settings ({', '.join(differ)} differ)"
+    missing = [v for v in variants if not is_saved_policy(folder / "sft" / v / "sft")]
+    if missing:
+        return f"it has no finished SFT model of the {', '.join(missing)} variant"
+    return None
+
+
 def run_study(
-    cfg: RacesStudyConfig, out_dir: Path, evaluation: Evaluation, report: StudyReport
+    cfg: RacesStudyConfig,
+    out_dir: Path,
+    evaluation: Evaluation,
+    report: StudyReport,
+    sft_from: Path | None = None,
 ) -> dict:
-    """Write the task sets, train and evaluate every arm, write the report; its results."""
+    """Write the task sets, train and evaluate every arm, write the report; its results. With
+    `sft_from`, a finished study folder whose SFT start was made from the same inputs
+    (`sft_inputs`), every arm starts from that start instead of a new SFT, evaluated again
+    under this study's evaluation settings."""
     if cfg.run.rl.adaptive_batch:
         raise ConfigError(
             "run.rl.adaptive_batch must be false: adaptive batches sample more rollouts for some"
@@ -240,10 +299,16 @@ def run_study(
         )
     except ValueError as e:
         raise ConfigError(f"study: {e}") from None
-    quiet_transformers(cfg.run)
     out_dir = Path(out_dir)
+    tasks_dir = out_dir / "tasks"
+    inputs = sft_inputs(base_config(cfg, tasks_dir), tasks.sft)
+    if sft_from is not None:
+        problem = sft_start_problem(Path(sft_from), out_dir, inputs, cfg.run.variants)
+        if problem:
+            raise ConfigError(f"--sft-from {sft_from}: {problem}")
+    quiet_transformers(cfg.run)
     with claim_folder(out_dir, "study", STUDY_ENTRIES, resume=False):
-        manifest = write_task_files(tasks, out_dir / "tasks")
+        manifest = write_task_files(tasks, tasks_dir)
         manifest.update(
             arms=list(s.arms),
             seeds=list(s.seeds),
@@ -251,15 +316,25 @@ def run_study(
             arm_files={a: {str(n): f"{arm_file(a, n)}.jsonl" for n in s.seeds} for a in s.arms},
             sft_stages=[list(st) for st in s.sft_stages],
         )
-        write_text(out_dir / "tasks" / "manifest.json", json.dumps(manifest, indent=2))
-        asyncio.run(_train_all(cfg, out_dir, evaluation))
+        write_text(tasks_dir / "manifest.json", json.dumps(manifest, indent=2))
+        if sft_from is not None:
+            for variant in cfg.run.variants:
+                shutil.copytree(
+                    Path(sft_from) / "sft" / variant / "sft", out_dir / "sft" / variant / "sft"
+                )
+        write_text(out_dir / "sft" / SFT_INPUTS, json.dumps(inputs, indent=2))
+        asyncio.run(_train_all(cfg, out_dir, evaluation, reuse_sft=sft_from is not None))
         return report(out_dir)
 
 
-async def _train_all(cfg: RacesStudyConfig, out_dir: Path, evaluation: Evaluation) -> None:
+async def _train_all(
+    cfg: RacesStudyConfig, out_dir: Path, evaluation: Evaluation, reuse_sft: bool
+) -> None:
     tasks_dir = out_dir / "tasks"
     base = base_config(cfg, tasks_dir)
-    sft_pipeline = Pipeline(base, out_dir / "sft", evaluation)
+    # Reusing a start is the pipeline's resume: the saved tokenizer and weights are loaded, and
+    # the start is evaluated, as this folder has no evaluation of it yet.
+    sft_pipeline = Pipeline(base, out_dir / "sft", evaluation, resume=reuse_sft)
     sft_pipeline.prepare()  # one tokenizer, trained on the SFT set, for every run
     async with sandbox_for(base) as sandbox:
         for variant in base.variants:

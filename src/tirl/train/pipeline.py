@@ -562,7 +562,9 @@ def check_same_config(cfg: RunConfig, run_dir: Path) -> None:
         raise ConfigError(f"cannot resume {run_dir}: it has no config.yaml (no run started there)")
     saved = load_config(RunConfig, saved_path)
     diffs = [
-        key for key, value in _flat(to_dict(cfg)).items() if _flat(to_dict(saved)).get(key) != value
+        key
+        for key, value in flat_keys(to_dict(cfg)).items()
+        if flat_keys(to_dict(saved)).get(key) != value
     ]
     if diffs:
         raise ConfigError(
@@ -571,11 +573,12 @@ def check_same_config(cfg: RunConfig, run_dir: Path) -> None:
         )
 
 
-def _flat(data: dict, prefix: str = "") -> dict:
+def flat_keys(data: dict, prefix: str = "") -> dict:
+    """Nested dicts as one dict by dotted key (lists stay values)."""
     out = {}
     for key, value in data.items():
         if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
+            out.update(flat_keys(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
     return out
