@@ -561,11 +561,8 @@ def check_same_config(cfg: RunConfig, run_dir: Path) -> None:
     if not saved_path.is_file():
         raise ConfigError(f"cannot resume {run_dir}: it has no config.yaml (no run started there)")
     saved = load_config(RunConfig, saved_path)
-    diffs = [
-        key
-        for key, value in flat_keys(to_dict(cfg)).items()
-        if flat_keys(to_dict(saved)).get(key) != value
-    ]
+    ours, theirs = flat_keys(to_dict(cfg)), flat_keys(to_dict(saved))
+    diffs = [key for key, value in ours.items() if theirs.get(key) != value]
     if diffs:
         raise ConfigError(
             f"cannot resume {run_dir}: its config.yaml differs in {', '.join(diffs)}; resume with"
