@@ -22,9 +22,10 @@ a tiny model (the task sets: `tirl.studies.races_tasks`):
 
 Folder: `tasks/` (every task set as JSONL with `meta.split`, and `manifest.json`), `sft/` (the
 SFT run folder of both variants, and `inputs.json`: what the start was made from, so that a later
-study with other RL settings can start from it, `sft_from`), `seed<N>/<arm>/` (each arm's run folder: metrics.jsonl with the
-ids of the tasks every update trained on, `train/tasks`; samples of the final evaluation; the
-RL policy and trainer state only with `study.keep_policies`), then the report's files.
+study with other RL settings can start from it, `sft_from`), `seed<N>/<arm>/` (each arm's run
+folder: metrics.jsonl with the ids of the tasks every update trained on, `train/tasks`; samples
+of the final evaluation; the RL policy and trainer state only with `study.keep_policies`), then
+the report's files.
 
 Seeds: each seed of `study.seeds` draws every arm's own RL task set (`tasks/arm_<arm>_seed<N>.jsonl`,
 from the same pool and mixture) and seeds RL's sampling and state. SFT, the pool and the
@@ -303,7 +304,7 @@ def run_study(
     tasks_dir = out_dir / "tasks"
     inputs = sft_inputs(base_config(cfg, tasks_dir), tasks.sft)
     if sft_from is not None:
-        problem = sft_start_problem(Path(sft_from), out_dir, inputs, cfg.run.variants)
+        problem = sft_start_problem(sft_from, out_dir, inputs, cfg.run.variants)
         if problem:
             raise ConfigError(f"--sft-from {sft_from}: {problem}")
     quiet_transformers(cfg.run)
@@ -320,7 +321,7 @@ def run_study(
         if sft_from is not None:
             for variant in cfg.run.variants:
                 shutil.copytree(
-                    Path(sft_from) / "sft" / variant / "sft", out_dir / "sft" / variant / "sft"
+                    sft_from / "sft" / variant / "sft", out_dir / "sft" / variant / "sft"
                 )
         write_text(out_dir / "sft" / SFT_INPUTS, json.dumps(inputs, indent=2))
         asyncio.run(_train_all(cfg, out_dir, evaluation, reuse_sft=sft_from is not None))
