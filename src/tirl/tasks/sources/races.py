@@ -23,10 +23,12 @@ partial credit): correct only at reward 1, `predicted` the last `<answer>` block
 
 Teacher-free demonstrations (`tirl.envs.demos`): with tools, SEQUENTIAL and PARALLEL tasks are
 solved in code built from each mapper's own source (one block binding the input, then one block
-per step or branch), ending with the reference answer block; SORT and SELECT ask for an order of
-operations, which no code finds short of a search, so their demonstration is the answer block
-alone (a Think part), with or without tools, and so is a SEQUENTIAL/PARALLEL task whose code
-cannot be written (a value with no Python literal form). Without tools: the answer block.
+per step or branch), ending with the reference answer block; SORT and SELECT by a search in code
+(one block defining each offered operation from its mapper and trying the orders), ending with
+the order it found. A task whose code cannot be written (a value with no Python literal form,
+a SORT/SELECT whose operations change the value's type, or whose first order found the task's
+input domains refuse) gets the answer block alone (a Think part). Without tools: the answer
+block.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def operator_task(task: OperatorTask, task_id: str, split: str, source: str) -> 
 
 
 def operator_demonstration(task: Task, use_tools: bool) -> list[DemoPart]:
-    """See the module doc: code from the mappers for SEQUENTIAL/PARALLEL with tools, else the
+    """See the module doc: code from the mappers with tools where it can be written, else the
     reference answer block."""
     if use_tools:
         steps = operator_steps(OperatorTask.from_dict(task.meta["races_task"]), REGISTRY)
