@@ -20,6 +20,7 @@ from tirl.eval.benchmark_eval import (
     samples_path,
     write_benchmark_report,
 )
+from tirl.eval.evaluate import evaluate
 from tirl.models.tiny import save_policy
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
@@ -100,6 +101,15 @@ def math_task(item_id: str, problem: str, answer: str) -> Task:
     return Task(f"benchmark/toy/{item_id}", "test", problem, answer, scorer, "benchmark", meta)
 
 
+def _drawn(lines: list[str]) -> dict[tuple[str, int], list[list[int]]]:
+    """(item, sample) -> the token ids of its trajectory's segments."""
+    records = map(json.loads, lines)
+    return {
+        (r["item_id"], r["sample"]): [s["ids"] for s in r["trajectory"]["segments"]]
+        for r in records
+    }
+
+
 def _run(model, tokenizer, out_dir: Path, items: list[Task], k: int = 2) -> list[dict]:
     async def go():
         async with Sandbox(SandboxLimits(timeout_s=2), preload=("math",)) as sandbox:
@@ -129,12 +139,41 @@ def test_a_torn_last_line_is_cut_before_the_rerun_appends(tiny_model, tokenizer,
     assert len(lines) == 6 and lines[:2] == whole[:2] and all(s.endswith("\n") for s in lines)
     keys = [(r["item_id"], r["sample"]) for r in map(json.loads, lines)]
     assert sorted(keys) == [(str(i), j) for i in range(3) for j in range(2)]
+    # each sample is seeded by (item, sample): the regenerated ones draw what the first run drew
+    # (the same tokens; their log-probs may differ in the last bit with the batch beside them)
+    assert _drawn(lines) == _drawn(whole)
     # a whole record that lost only its newline is kept, not generated again
     kept = "".join(lines[:3]) + lines[3].rstrip("\n")
     path.write_text(kept)
     _run(tiny_model, tokenizer, tmp_path, items)
     again = path.read_text().splitlines(keepends=True)
     assert len(again) == 6 and "".join(again[:4]) == kept + "\n"
+
+
+def test_sampled_evaluation_draws_are_fixed_by_the_seed_not_by_what_runs_beside(
+    tiny_model, tokenizer
+):
+    items = [math_task(str(i), f"Compute {a} * 7.", str(7 * a)) for i, a in enumerate([3, 4, 5])]
+
+    async def samples(tasks: list[Task], seed: int) -> list[list[list[int]]]:
+        async with Sandbox(SandboxLimits(timeout_s=2), preload=("math",)) as sandbox:
+            engine = HFEngine(model=tiny_model, eos_id=tokenizer.eos_token_id, max_batch=8)
+            try:
+                rollout = Rollout(engine, tokenizer, sandbox)
+                settings = RolloutSettings(max_model_tokens=12, tool_budget=1, temperature=1.0)
+                ids = lambda t: tokenizer.encode(t.problem)  # noqa: E731
+                _, trajs = await evaluate(rollout, tasks, settings, ids, k=3, seed=seed)
+            finally:
+                engine.close()
+        return [[seg.ids for seg in t.segments] for t in trajs]
+
+    first = asyncio.run(samples(items, seed=0))
+    assert len({str(s) for s in first}) > 1  # sampled, not one answer repeated
+    assert asyncio.run(samples(items, seed=0)) == first
+    # the first two items beside another task in the engine's batches: the same draws
+    other = math_task("9", "Compute 8 * 7 + 1.", "57")
+    assert asyncio.run(samples([*items[:2], other], seed=0))[:6] == first[:6]
+    assert asyncio.run(samples(items, seed=1)) != first
 
 
 def test_two_benchmark_files_with_one_stem_both_appear_in_the_report(

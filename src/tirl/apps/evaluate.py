@@ -103,6 +103,7 @@ def evaluate_sets(cfg, model, tokenizer, use_tools: bool) -> int:
                     cfg.eval.samples_per_item,
                     cfg.eval.temperature,
                     f"eval {name}",
+                    seed=cfg.seed,
                 )
                 failures.append(first_failure(trajs))
         return results
@@ -142,7 +143,7 @@ def eval_benchmarks(args, cfg, model, tokenizer, items) -> int:
         async with _eval_rollout(cfg, model, tokenizer, tokenizer.eos_token_id) as rollout:
             for name, (its, source) in items.items():
                 records = await run_benchmark(
-                    rollout, name, its, settings, k, out_dir, source=source
+                    rollout, name, its, settings, k, out_dir, source=source, seed=cfg.seed
                 )
                 results[name] = benchmark_metrics(records, k)
         return results

@@ -53,7 +53,7 @@ from tirl.eval.metrics import (
 from tirl.files import JsonlAppender, read_jsonl, write_bytes, write_text
 from tirl.protocol.segments import Trajectory
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
-from tirl.rollout.runner import Rollout, RolloutSettings
+from tirl.rollout.runner import Rollout, RolloutSettings, trajectory_seed
 from tirl.tasks.base import Task
 from tirl.tasks.scoring import score_trajectory
 
@@ -206,18 +206,20 @@ async def run_benchmark(
     chunk: int = 64,
     progress: bool = True,
     source: str | None = None,
+    seed: int = 0,
 ) -> list[dict]:
     """Generate the missing samples of `tasks` (k each), score and append them to the samples
     file, and return the records of `tasks`, finished (resumed and new) and failed (in this
     run), in task order. Failed records of earlier runs are dropped from the file first (they
-    are retried)."""
+    are retried). Sampled, sample j of task i is seeded by `trajectory_seed(seed, i, j)`, so
+    a retried or resumed sample draws what it would have drawn in one run."""
     path = samples_path(out_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     records = list(read_jsonl(path))
     _check_source(path, records, source)
     done = _finished(records)
     failed: dict[tuple[str, int], dict] = {}
-    todo = [(t, j) for t in tasks for j in range(k) if (item_id(t), j) not in done]
+    todo = [(i, t, j) for i, t in enumerate(tasks) for j in range(k) if (item_id(t), j) not in done]
     with JsonlAppender(path) as f:
         if len(done) != len(records):  # failed or repeated records: keep each finished one once
             f.rewrite(done.values())
@@ -228,10 +230,14 @@ async def run_benchmark(
                 if progress
                 else None
             )
+            metas = [{"seed": trajectory_seed(seed, i, j)} for i, _, j in part]
             trajs = await rollout.run_many(
-                [prompt_for(t) for t, _ in part], settings, progress=label
+                [prompt_for(t) for _, t, _ in part],
+                settings,
+                metas if settings.temperature > 0 else None,
+                progress=label,
             )
-            for (task, j), traj in zip(part, trajs):
+            for (_, task, j), traj in zip(part, trajs):
                 rec = sample_record(name, task, j, traj, source)
                 (failed if is_failed_record(rec) else done)[(rec["item_id"], j)] = rec
                 f.append(rec)

@@ -23,7 +23,7 @@ from dataclasses import replace
 from tirl.eval.metrics import avg_at_k, pass_at_k
 from tirl.protocol.segments import Trajectory
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
-from tirl.rollout.runner import Rollout, RolloutSettings
+from tirl.rollout.runner import Rollout, RolloutSettings, trajectory_seed
 from tirl.tasks.base import Task
 from tirl.tasks.scoring import score_trajectory
 
@@ -72,6 +72,7 @@ async def evaluate(
     prompt_ids: PromptIds,
     k: int = 1,
     progress: str | None = None,
+    seed: int = 0,
 ) -> tuple[dict, list[Trajectory]]:
     """Accuracy, mean task reward, tool statistics and lengths (in model tokens) over `tasks`.
 
@@ -81,11 +82,20 @@ async def evaluate(
     temperature 1.0), with "eval/pass@k" beside it. Failed samples (see the module doc) are
     left out; an item all of whose samples failed is left out of the accuracy (nan if all are).
     "eval/reward" is the mean of the scorers' rewards (partial credit where a task gives it).
+    Sample j of item i is seeded by `trajectory_seed(seed, i, j)`: the same `seed` gives the
+    same draws whatever else the engine runs beside them.
     """
     start = time.perf_counter()
     k = 1 if settings.temperature == 0 else k
     prompts = [list(prompt_ids(t)) for t in tasks for _ in range(k)]
-    trajs = await rollout.run_many(prompts, settings, progress=progress)
+    # sampled: each sample its own stream, fixed by (seed, item, sample), so the same policy
+    # draws the same samples and two policies evaluated with one seed share their random draws
+    metas = (
+        [{"seed": trajectory_seed(seed, i, j)} for i in range(len(tasks)) for j in range(k)]
+        if settings.temperature > 0
+        else None
+    )
+    trajs = await rollout.run_many(prompts, settings, metas, progress=progress)
     per_item: list[list[bool]] = []
     scored: list[Trajectory] = []
     for i, task in enumerate(tasks):
@@ -126,11 +136,12 @@ async def evaluate_policy(
     samples_per_item: int = 0,
     temperature: float = 1.0,
     label: str = "eval",
+    seed: int = 0,
 ) -> tuple[dict, list[Trajectory]]:
     """A greedy pass ("eval/accuracy"), then avg@k with sampling at `temperature`
     ("eval/avg@k", k = `samples_per_item`) when k > 0. `settings` carries everything else
-    (token limit, tool budget, protocol); its temperature is ignored. Returns the merged
-    metrics and the greedy trajectories."""
+    (token limit, tool budget, protocol); its temperature is ignored; `seed` seeds the samples
+    (`evaluate`). Returns the merged metrics and the greedy trajectories."""
     greedy = replace(settings, temperature=0.0)
     metrics, trajs = await evaluate(rollout, tasks, greedy, prompt_ids, progress=f"{label}, greedy")
     k = samples_per_item
@@ -142,6 +153,7 @@ async def evaluate_policy(
             prompt_ids,
             k,
             progress=f"{label}, avg@{k}",
+            seed=seed,
         )
         metrics.update(
             {

@@ -87,6 +87,12 @@ def _call_seed(traj: Trajectory) -> dict:
     return {} if seed is None else {"seed": seed * 100_003 + traj.num_model_tokens}
 
 
+def trajectory_seed(seed: int, task_index: int, sample: int) -> int:
+    """The sampling seed of one trajectory (its `meta["seed"]`): fixed by what it answers (the
+    run's seed, the task's index, the sample's number), not by when it runs."""
+    return (seed * 1_000_003 + task_index) * 1_009 + sample
+
+
 @dataclass(frozen=True)
 class RolloutSettings:
     """How one trajectory is generated.

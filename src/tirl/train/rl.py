@@ -87,7 +87,7 @@ from tirl.rewards.reward import configured_reward
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 from tirl.rollout.limits import budget_at, is_truncated
 from tirl.rollout.partial import PartialRolloutPool
-from tirl.rollout.runner import Rollout, RolloutSettings
+from tirl.rollout.runner import Rollout, RolloutSettings, trajectory_seed
 from tirl.tasks.base import Task
 from tirl.tasks.prompts import PLAIN_TEMPLATE
 from tirl.tasks.scoring import score_trajectory
@@ -131,11 +131,6 @@ def reward_from_config(cfg: RLConfig) -> Callable[[Trajectory], float]:
     """The reward `rl.reward` names with the parameters the config gives it
     (`tirl.rewards.reward.configured_reward`), as a function of a scored trajectory."""
     return configured_reward(cfg.reward, cfg.reward_kwargs())
-
-
-def trajectory_seed(seed: int, task_index: int, sample: int) -> int:
-    """The sampling seed of one trajectory: fixed by what it answers, not by when it runs."""
-    return (seed * 1_000_003 + task_index) * 1_009 + sample
 
 
 def uniform_groups(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
