@@ -734,7 +734,8 @@ class RLConfig:
 @dataclass
 class EvalConfig:
     """Held-out evaluation: a greedy pass ("eval/accuracy") and, when `samples_per_item` > 0,
-    avg@k at `temperature` ("eval/avg@k", as CIR's avg@16 at temperature 1.0)."""
+    avg@k at `temperature` ("eval/avg@k", as CIR's avg@16 at temperature 1.0), each sample
+    seeded by the run's `seed`, its item and its number."""
 
     samples_per_item: int = setting(4, ">= 0", "k of avg@k; 0 turns the sampled pass off")
     temperature: float = setting(1.0, "(0, 100]", "temperature of the sampled pass")
