@@ -252,7 +252,10 @@ def _run_blocks(demo) -> list[str]:
 
 
 def test_races_demonstrations_score_one_for_every_operator_and_their_code_computes_the_states():
-    source = make_source({"source": "races", **SMALL_RACES, "seed": 3}, "data.train[0]")
+    source = make_source(
+        {"source": "races", **SMALL_RACES, "seed": 3, "search_orders": True}, "data.train[0]"
+    )
+    default = make_source({"source": "races", **SMALL_RACES, "seed": 3}, "data.train[0]")
     seen: dict[str, int] = {}
     searched = 0
     for i in range(80):
@@ -270,6 +273,7 @@ def test_races_demonstrations_score_one_for_every_operator_and_their_code_comput
         stored = OperatorTask.from_dict(task.meta["races_task"])
         printed = _run_blocks(demo)
         if op in ("sort", "select"):
+            assert default.demonstration(task, use_tools=True) == [Think(task.answer)]
             # a search prints the order the answer gives (any order that reaches the target
             # scores 1, not only the reference); without a search, the reference alone
             assert printed == [answer_block(demo[-1].text)] or demo == [Think(task.answer)]
@@ -308,6 +312,7 @@ def test_a_sort_or_select_search_finds_an_order_that_reaches_the_target():
     # operations between types: no search (a mapper could be handed any value)
     mixed = replace(sort, candidates=("lists.reverse", "bits.shift_left_3"))
     assert "an order search needs operations from int to int" in operator_steps(mixed, REGISTRY)
+    assert "is off" in operator_steps(sort, REGISTRY, search_orders=False)
 
 
 def test_races_stream_continues_in_a_pickled_copy():

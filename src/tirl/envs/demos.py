@@ -20,6 +20,7 @@ each step's mapper on it in code. Each operator has such a solution:
   mapper takes). The search is written only when every candidate maps the start's type to
   itself, so every order runs on values of the type its mappers take: a mapper handed a value
   of another type could run for any time or memory, in the demonstration's sandbox and here.
+  The `races` source writes it only with its `search_orders` setting (off by default).
 
 Each SEQUENTIAL/PARALLEL block prints its result exactly as the answer must write it (the type's
 `render_expr`, `tirl.envs.types`), so the final answer copies the interpreter's lines instead
@@ -261,8 +262,13 @@ def chain_of(task: OperatorTask, registry: Registry) -> Chain | str:
     return Chain(x0, envs, tuple(ys))
 
 
-def operator_steps(task: OperatorTask, registry: Registry) -> list[DemoStep] | str:
-    """The code solution of a stored task (any of the four operators), or why there is none."""
+def operator_steps(
+    task: OperatorTask, registry: Registry, search_orders: bool = True
+) -> list[DemoStep] | str:
+    """The code solution of a stored task, or why there is none (SORT and SELECT: a search,
+    unless `search_orders` is False)."""
+    if task.operator in ("sort", "select") and not search_orders:
+        return f"{task.operator} asks for an order, and searching for it in code is off"
     traj = chain_of(task, registry)
     if isinstance(traj, str):
         return traj

@@ -23,12 +23,12 @@ partial credit): correct only at reward 1, `predicted` the last `<answer>` block
 
 Teacher-free demonstrations (`tirl.envs.demos`): with tools, SEQUENTIAL and PARALLEL tasks are
 solved in code built from each mapper's own source (one block binding the input, then one block
-per step or branch), ending with the reference answer block; SORT and SELECT by a search in code
-(one block defining each offered operation from its mapper and trying the orders), ending with
-the order it found. A task whose code cannot be written (a value with no Python literal form,
-a SORT/SELECT whose operations change the value's type, or whose first order found the task's
-input domains refuse) gets the answer block alone (a Think part). Without tools: the answer
-block.
+per step or branch), ending with the reference answer block; with `search_orders`, SORT and
+SELECT by a search in code (one block defining each offered operation from its mapper and
+trying the orders), ending with the order it found. A task whose code cannot be written (a
+SORT/SELECT without `search_orders`, a value with no Python literal form, a SORT/SELECT whose
+operations change the value's type, or whose first order found the task's input domains refuse)
+gets the answer block alone (a Think part). Without tools: the answer block.
 """
 
 from __future__ import annotations
@@ -80,11 +80,12 @@ def operator_task(task: OperatorTask, task_id: str, split: str, source: str) -> 
     )
 
 
-def operator_demonstration(task: Task, use_tools: bool) -> list[DemoPart]:
-    """See the module doc: code from the mappers with tools where it can be written, else the
-    reference answer block."""
+def operator_demonstration(task: Task, use_tools: bool, search_orders: bool) -> list[DemoPart]:
+    """See the module doc: code from the mappers with tools where it can be written (SORT and
+    SELECT only with `search_orders`), else the reference answer block."""
     if use_tools:
-        steps = operator_steps(OperatorTask.from_dict(task.meta["races_task"]), REGISTRY)
+        stored = OperatorTask.from_dict(task.meta["races_task"])
+        steps = operator_steps(stored, REGISTRY, search_orders)
         if not isinstance(steps, str):
             return [Think(text) if kind == "text" else Code(text) for kind, text in steps]
     return [Think(task.answer)]
@@ -136,6 +137,12 @@ class RacesSource:
         check=lambda v: None if v in ("content", "meta") else "must be 'content' or 'meta'",
     )
     seed: int = setting(0, ">= 0", "seeds the search (default: the run's seed)")
+    search_orders: bool = setting(
+        False,
+        doc="with tools, SORT and SELECT demonstrations find the order by a search in code (off:"
+        " the answer alone; off by default, since at the tiny model's scale the longer code"
+        " kept SFT from learning to copy numbers: BENCHMARKS.md)",
+    )
     name: str = field(default="races", init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -277,7 +284,7 @@ class RacesSource:
         return len(self._read_file()[split])
 
     def demonstration(self, task: Task, use_tools: bool) -> list[DemoPart]:
-        return operator_demonstration(task, use_tools)
+        return operator_demonstration(task, use_tools, self.search_orders)
 
 
 def _subset(names: list[str]) -> Registry:
