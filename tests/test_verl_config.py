@@ -458,6 +458,8 @@ def test_the_curriculum_runs_in_tirls_dataset_with_its_settings_in_the_data_sect
         "+data.tirl_curriculum.order_by=size",
         "+data.tirl_curriculum.group_size=4",
         "+data.tirl_curriculum.run=t",
+        "+data.tirl_curriculum.batch_size=8",  # rl.prompts_per_step: a step's rows
+        "+data.tirl_curriculum.metrics_file=runs/t/curriculum_metrics.jsonl",
     ]
     assert set(expected) <= set(lines)
     assert not any("tirl_curriculum" in line or "custom_cls" in line for line in

@@ -21,6 +21,7 @@ from tirl.integrations.verl.curriculum import (
     check_data_config,
     curriculum_settings,
     finished_groups,
+    metrics_settings,
     report_sample,
 )
 from tirl.protocol.score import Score
@@ -83,6 +84,36 @@ def test_a_resumed_feed_draws_the_same_stream():
     resumed = make_feed(fresh)
     resumed.load_state_dict(state)
     assert drawn + run_steps(resumed, fresh, steps=7) == whole
+
+
+def test_each_finished_step_records_its_curriculum_metrics():
+    board, records = ReportBoard(), []
+    cfg = CurriculumConfig(
+        enabled=True, key=["level"], band=[0.2, 0.8], min_groups=1, order_by=None, explore=0.1
+    )
+    curriculum = Curriculum(leveled_task, cfg, seed=3)
+    feed = CurriculumFeed(curriculum, GROUP, board.take, batch_size=4, record=records.append)
+    drawn = run_steps(feed, board, steps=6)
+    # step s is recorded when step s + 1 draws: 5 of the 6 steps, in order
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
+    for step, record in enumerate(records):
+        shares = {lv: record[f"curriculum/{lv}/share"] for lv in LEVELS}
+        counted = Counter(drawn[4 * step : 4 * step + 4])
+        assert shares == {lv: counted[lv] / 4 for lv in shares}  # that step's draws
+        assert sum(shares.values()) == pytest.approx(1.0)
+    assert records[-1]["curriculum/mid/pass_rate"] == pytest.approx(0.5)
+    assert records[-1]["curriculum/buckets_in_band"] == 1
+
+
+def test_the_metrics_file_needs_the_rows_of_a_step():
+    assert metrics_settings({"tirl_curriculum": SECTION}) == (None, None)  # an older section
+    with_file = {**SECTION, "metrics_file": "m.jsonl"}
+    assert metrics_settings({"tirl_curriculum": {**with_file, "batch_size": 8}}) == (8, "m.jsonl")
+    assert curriculum_settings({"tirl_curriculum": {**with_file, "batch_size": 8}})[1:] == (4, "r")
+    for bad in (None, 0, "8", True):
+        with pytest.raises(ConfigError) as err:
+            metrics_settings({"tirl_curriculum": {**with_file, "batch_size": bad}})
+        assert err.value.key == "data.tirl_curriculum.batch_size" and "\n" not in str(err.value)
 
 
 def test_a_training_sample_reports_to_its_rows_board_and_validation_rows_do_not():

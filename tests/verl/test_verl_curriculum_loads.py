@@ -11,6 +11,7 @@ verl's own AgentLoopWorker, reports each training sample to the named Ray actor.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -48,9 +49,9 @@ def exported(tmp_path_factory) -> Path:
     return tmp
 
 
-def data_config(tmp: Path, run: str):
+def data_config(tmp: Path, run: str, metrics: Path | None = None):
     """verl's generated data config with what `tirl verl config` sets for the curriculum
-    (`run`: the board's run name)."""
+    (`run`: the board's run name; `metrics`: the per-step metrics file, if any)."""
     import verl
 
     base = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
@@ -70,6 +71,7 @@ def data_config(tmp: Path, run: str):
             "key": ["kind"], "band": [0.2, 0.8], "window": 4, "min_groups": 1,
             "explore": 0.1, "order_by": None, "widen_share": 0.5, "lookahead": 16,
             "group_size": GROUP, "run": run,
+            **({} if metrics is None else {"batch_size": BATCH, "metrics_file": str(metrics)}),
         },
     }  # fmt: skip
     for key, value in settings.items():
@@ -113,12 +115,20 @@ def run_steps(loader, steps: int) -> list[tuple[int, str]]:
     return drawn
 
 
-def test_the_dataset_draws_the_buckets_the_pass_rates_say(exported, tokenizer):
-    loader = train_loader(data_config(exported, "curriculum-draws"), tokenizer)
+def test_the_dataset_draws_the_buckets_the_pass_rates_say(exported, tokenizer, tmp_path):
+    metrics = tmp_path / "run" / "curriculum_metrics.jsonl"
+    loader = train_loader(data_config(exported, "curriculum-draws", metrics), tokenizer)
     drawn = run_steps(loader, steps=25)  # past an epoch of the 60 rows
     assert [p for p, _ in drawn] == list(range(25 * BATCH))  # positions in order
     late = Counter(kind for _, kind in drawn[40:])
     assert late["chain"] / sum(late.values()) > 0.8  # the only bucket inside the band
+    # the per-step metrics verl cannot log: every step's but the last, its draws' shares
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(24))
+    for r in records:
+        kinds = Counter(kind for p, kind in drawn if p // BATCH == r["step"])
+        assert {k: r[f"curriculum/{k}/share"] * BATCH for k in kinds} == dict(kinds)
+    assert records[-1]["curriculum/chain/pass_rate"] == 0.5
 
 
 def test_a_resume_from_verls_data_checkpoint_draws_the_same_stream(exported, tokenizer, tmp_path):

@@ -307,7 +307,8 @@ def verl_settings(cfg: RunConfig) -> dict[str, Any]:
 
 def curriculum_settings(cfg: RunConfig) -> dict[str, Any]:
     """The verl settings of `rl.curriculum` (`tirl.integrations.verl.curriculum`): tirl's
-    dataset class, dataloading in the trainer's process, and what the dataset reads."""
+    dataset class, dataloading in the trainer's process, and what the dataset reads (with the
+    rows of a step and the file its per-step metrics go to)."""
     cur = cfg.rl.curriculum
     s: dict[str, Any] = {
         "data.custom_cls.path": f"pkg://{CURRICULUM_MODULE}",
@@ -318,6 +319,8 @@ def curriculum_settings(cfg: RunConfig) -> dict[str, Any]:
         s[f"{CURRICULUM_SECTION}.{name}"] = getattr(cur, name)
     s[f"{CURRICULUM_SECTION}.group_size"] = cfg.rl.group_size
     s[f"{CURRICULUM_SECTION}.run"] = cfg.name
+    s[f"{CURRICULUM_SECTION}.batch_size"] = cfg.rl.prompts_per_step
+    s[f"{CURRICULUM_SECTION}.metrics_file"] = f"{cfg.out_dir}/{cfg.name}/curriculum_metrics.jsonl"
     return s
 
 

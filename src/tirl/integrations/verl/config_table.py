@@ -25,7 +25,8 @@ CURRICULUM_KEYS = (
     "key", "band", "window", "min_groups", "explore", "order_by", "widen_share", "lookahead",
 )  # fmt: skip
 _CURRICULUM_VERL_KEYS = tuple(
-    f"{CURRICULUM_SECTION}.{k}" for k in (*CURRICULUM_KEYS, "group_size", "run")
+    f"{CURRICULUM_SECTION}.{k}"
+    for k in (*CURRICULUM_KEYS, "group_size", "run", "batch_size", "metrics_file")
 )
 
 # tirl's prompts are short problem statements; verl needs a bound (prompts are left-padded to
@@ -86,9 +87,15 @@ MAPPING: dict[str, Row] = {
         "trainer.experiment_name",
         "trainer.default_local_dir",
         f"{CURRICULUM_SECTION}.run",
+        f"{CURRICULUM_SECTION}.metrics_file",
         note="with rl.curriculum: names the pass-rate board (a Ray actor) the dataset reads",
     ),
-    "out_dir": _verl("trainer.default_local_dir", note="checkpoints in OUT_DIR/NAME/checkpoints"),
+    "out_dir": _verl(
+        "trainer.default_local_dir",
+        f"{CURRICULUM_SECTION}.metrics_file",
+        note="checkpoints in OUT_DIR/NAME/checkpoints; with rl.curriculum, the curriculum's"
+        " per-step metrics in OUT_DIR/NAME/curriculum_metrics.jsonl",
+    ),
     "seed": _verl(
         "data.seed",
         f"{_ROLLOUT}.seed",
@@ -191,7 +198,10 @@ MAPPING: dict[str, Row] = {
         " sources cycle); the budget schedule's fraction of training is version / steps",
     ),
     "rl.prompts_per_step": _verl(
-        "data.train_batch_size", f"{_ACTOR}.ppo_mini_batch_size", note="prompts per step"
+        "data.train_batch_size",
+        f"{_ACTOR}.ppo_mini_batch_size",
+        f"{CURRICULUM_SECTION}.batch_size",
+        note="prompts per step",
     ),
     "rl.group_size": _verl(
         f"{_ROLLOUT}.n",

@@ -33,8 +33,14 @@ with single-prompt fetches in the middle of a step, drawn on whatever groups hap
 finished) and partial rollouts (the asynchronous v1 modes fetch prompts ahead of the rates
 they should depend on: draws lag by the rollout queue's depth, and differ from run to run).
 `trainer.v1.trainer_mode=separate_async` appended by hand is not seen by the translation:
-the curriculum then runs with that lag. The `curriculum/...` metrics of tirl's trainer are
-not logged by verl.
+the curriculum then runs with that lag.
+
+Metrics: verl's trackers take no metrics from a dataset, so the dataset writes the
+`curriculum/...` keys of tirl's trainer itself, one JSONL record per trainer step
+(`{"step": s, "curriculum/...": ...}`) to `metrics_file` (`tirl verl config`:
+OUT_DIR/NAME/curriculum_metrics.jsonl). Step s's record is written when step s + 1 draws its
+first row, when step s's groups are all in; so the last step of a run has none. A resumed run
+appends from its checkpoint's step on: where a step has two records, the later one counts.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from tirl.config import ConfigError, from_dict
+from tirl.files import JsonlAppender
 from tirl.integrations.verl.data import task_of_row
 from tirl.train.config import CurriculumConfig
 from tirl.train.curriculum import Curriculum
@@ -53,6 +60,7 @@ SECTION = "data.tirl_curriculum"  # the verl config keys the dataset reads (`tir
 BOARD_PREFIX = "tirl-curriculum"
 POSITION_KEY = "curriculum_position"  # extra_info keys the dataset adds to a drawn row
 BOARD_KEY = "curriculum_board"
+METRICS_KEYS = ("batch_size", "metrics_file")  # SECTION's keys for the metrics file
 
 
 # ---------------------------------------------------------------- the feedback board
@@ -140,10 +148,21 @@ class CurriculumFeed:
     the curriculum's draw, with the pass rates of finished groups fed back in position order
     before every draw. `take` gives the reports that arrived since the last call."""
 
-    def __init__(self, curriculum: Curriculum, group_size: int, take: Callable[[], list]) -> None:
+    def __init__(
+        self,
+        curriculum: Curriculum,
+        group_size: int,
+        take: Callable[[], list],
+        batch_size: int | None = None,
+        record: Callable[[dict], None] | None = None,
+    ) -> None:
+        """`record`, with `batch_size` (rows per trainer step): called with each finished
+        step's record (`step_metrics`, its "step" added; see the module doc)."""
         self.curriculum = curriculum
         self.group_size = group_size
         self.take = take
+        self.batch_size = batch_size
+        self.record = record
         self.next_position = 0
         self.pending: dict[int, list[bool]] = {}  # position -> results of an unfinished group
 
@@ -157,6 +176,9 @@ class CurriculumFeed:
         """(trainer position, stream position) of the next row handed out."""
         self.collect()
         position = self.next_position
+        if self.record and self.batch_size and position and position % self.batch_size == 0:
+            step = position // self.batch_size - 1  # the step whose groups are now all in
+            self.record({"step": step, **self.curriculum.step_metrics()})
         self.next_position += 1
         return position, self.curriculum.stream_position(position)
 
@@ -185,7 +207,8 @@ def _plain(node: Any) -> Any:
 
 def curriculum_settings(data_config: Mapping) -> tuple[CurriculumConfig, int, str]:
     """(curriculum settings, group size, run name) from verl's data config (`SECTION`, which
-    `tirl verl config` writes); ConfigError naming the key when missing or bad."""
+    `tirl verl config` writes; its optional `batch_size` and `metrics_file` are
+    `metrics_settings`'); ConfigError naming the key when missing or bad."""
     section = _plain(data_config.get("tirl_curriculum"))
     if not isinstance(section, Mapping):
         raise ConfigError(
@@ -193,13 +216,29 @@ def curriculum_settings(data_config: Mapping) -> tuple[CurriculumConfig, int, st
             " for a config with rl.curriculum.enabled",
             SECTION,
         )
-    settings = dict(section)
+    settings = {k: v for k, v in section.items() if k not in METRICS_KEYS}
     extra = {k: settings.pop(k, None) for k in ("group_size", "run")}
     for key, value in extra.items():
         if value is None:
             raise ConfigError(f"{SECTION}.{key} is missing", f"{SECTION}.{key}")
     cfg = from_dict(CurriculumConfig, {**settings, "enabled": True}, SECTION)
     return cfg, int(extra["group_size"]), str(extra["run"])
+
+
+def metrics_settings(data_config: Mapping) -> tuple[int | None, str | None]:
+    """(rows per trainer step, metrics file) from `SECTION`: (None, None) without a file (a
+    section written before the file existed), ConfigError naming the key when bad."""
+    section = _plain(data_config.get("tirl_curriculum")) or {}
+    batch_size, path = section.get("batch_size"), section.get("metrics_file")
+    if path is None:
+        return None, None
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ConfigError(
+            f"{SECTION}.batch_size must be the rows of a step (data.train_batch_size) when"
+            f" {SECTION}.metrics_file is set, not {batch_size!r}",
+            f"{SECTION}.batch_size",
+        )
+    return batch_size, str(path)
 
 
 def _same_files(a: Any, b: Any) -> bool:
@@ -276,7 +315,10 @@ def curriculum_feed(rows, data_config: Mapping) -> tuple[CurriculumFeed, str]:
     """The feed over verl's `rows` for the settings in `data_config`, and its board's name.
     The draws are seeded by `data.seed` (the run's seed)."""
     cfg, group_size, run = curriculum_settings(data_config)
+    batch_size, metrics_file = metrics_settings(data_config)
     name = board_name(run)
     board = board_handle(name)
     curriculum = Curriculum(row_stream(rows), cfg, int(data_config.get("seed") or 0))
-    return CurriculumFeed(curriculum, group_size, lambda: take_reports(board)), name
+    record = JsonlAppender(metrics_file).append if metrics_file else None
+    feed = CurriculumFeed(curriculum, group_size, lambda: take_reports(board), batch_size, record)
+    return feed, name
