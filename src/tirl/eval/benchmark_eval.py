@@ -230,12 +230,10 @@ async def run_benchmark(
                 if progress
                 else None
             )
-            metas = [{"seed": trajectory_seed(seed, i, j)} for i, _, j in part]
+            sampled = settings.temperature > 0
+            metas = [{"seed": trajectory_seed(seed, i, j)} for i, _, j in part] if sampled else None
             trajs = await rollout.run_many(
-                [prompt_for(t) for _, t, _ in part],
-                settings,
-                metas if settings.temperature > 0 else None,
-                progress=label,
+                [prompt_for(t) for _, t, _ in part], settings, metas, progress=label
             )
             for (_, task, j), traj in zip(part, trajs):
                 rec = sample_record(name, task, j, traj, source)

@@ -224,7 +224,8 @@ def arm_config(base: RunConfig, tasks_dir: Path, arm: str, seed: int) -> RunConf
 def sft_inputs(base: RunConfig, sft_sets: list[list[OperatorTask]]) -> dict:
     """What a study's SFT start is made of, by dotted key: the settings of SFT_KEYS and a
     content hash of each SFT stage's task set. Equal inputs train the same start."""
-    settings = {key: to_dict(base)[key] for key in SFT_KEYS}
+    whole = to_dict(base)
+    settings = {key: whole[key] for key in SFT_KEYS}
     for stage in settings["sft"]["stages"]:  # a stage's tasks count by content, below
         del stage["data"]
     inputs = {k: v for k, v in flat_keys(settings).items() if k not in SANDBOX_PLACE}

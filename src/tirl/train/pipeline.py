@@ -118,9 +118,9 @@ FAR_CORPUS_SOURCES = ("arithmetic",)
 class Evaluation:
     """What the pipeline needs from `tirl.eval`, handed in by the caller (train never imports
     eval). `evaluate_policy(rollout, tasks, settings, prompt_ids, samples_per_item, temperature,
-    label, seed=)` -> (metrics, greedy trajectories); `first_failure(trajectories)` -> what went wrong
-    in the first failed one; `check_failed_share(failed, total, max_share,
-    where, rerun)` raises when too many samples failed; `write_report(run_dir, eval_results=,
+    label, seed=)` -> (metrics, greedy trajectories); `first_failure(trajectories)` -> what went
+    wrong in the first failed one; `check_failed_share(failed, total, max_share, where, rerun)`
+    raises when too many samples failed; `write_report(run_dir, eval_results=,
     metrics_path=, samples=, config=, tokenizer=, title=)`; `summary_table(results, run_dir)` -> text."""
 
     evaluate_policy: Callable[..., Awaitable[tuple[dict, list[Trajectory]]]]
