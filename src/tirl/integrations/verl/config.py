@@ -67,6 +67,7 @@ from tirl.integrations.verl.config_table import (
     PLUGIN_MODULE,
     TIRL_SECTION,
 )
+from tirl.models.sources import model_folder
 from tirl.train.config import RunConfig
 
 VERL_ENTRYPOINT = "verl.trainer.main_ppo"
@@ -210,7 +211,7 @@ def verl_settings(cfg: RunConfig) -> dict[str, Any]:
     loggers = ["console"] + ["tensorboard"] * cfg.log_tensorboard + ["wandb"] * cfg.log_wandb
     s: dict[str, Any] = {
         # model
-        f"{_AR}.model.path": cfg.model.name_or_path,
+        f"{_AR}.model.path": model_folder(cfg.model.name_or_path),  # a .gguf: its folder
         f"{_AR}.model.enable_gradient_checkpointing": cfg.model.gradient_checkpointing,
         f"{_AR}.model.external_lib": PLUGIN_MODULE,
         f"{_ACTOR}.fsdp_config.model_dtype": _DTYPES[cfg.model.dtype],
