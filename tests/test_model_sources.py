@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from gguf_files import gguf_tensors, tiny_llama, write_gguf, write_wheel
+
 from tirl.config import ConfigError
 from tirl.models.sources import SHIPPED_MODELS, SOURCE_RECORD, ShippedModel, model_folder
 from tirl.models.tiny import load_policy

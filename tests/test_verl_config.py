@@ -154,6 +154,10 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("model.tokenizer_corpus_items", 10, []),
     ("model.dtype", "bfloat16", []),
     ("model.gradient_checkpointing", True, []),
+    ("model.lora.rank", 8, []),
+    ("model.lora.alpha", 16.0, ["model.lora.rank=8"]),
+    ("model.lora.targets", ["q_proj", "v_proj"], ["model.lora.rank=8"]),
+    ("model.lora.dropout", 0.1, []),  # without a rank nothing changes; with one, refused
     ("sandbox.kind", "ray", []),
     (
         "sandbox.urls",
@@ -344,6 +348,7 @@ def custom_estimator() -> str:
 
 REFUSALS = [
     ("model.name_or_path", ["model.name_or_path=null"]),
+    ("model.lora.dropout", ["model.lora.rank=8", "model.lora.dropout=0.05"]),
     ("rl.steps", ["rl.steps=0"]),
     ("variants", ["variants=[code, text]"]),
     ("rl.gamma", ["rl.advantage=grpo", "rl.gamma=0.9"]),

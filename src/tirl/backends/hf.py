@@ -61,6 +61,7 @@ from tirl.backends.engine import GenOutput, StopFn, check_prompt_fits
 from tirl.backends.fused import FusedSlotForward, fused_supports
 from tirl.backends.kv_slots import SlotRows, supports
 from tirl.cpu import pace
+from tirl.models.lora import is_lora, merged_state_dict
 
 __all__ = ["GenOutput", "HFEngine", "StopFn"]  # GenOutput, StopFn: tirl.backends.engine
 
@@ -272,6 +273,9 @@ class HFEngine:
         `model` itself; else they are copied into this engine's model (from a model sharded
         with FSDP the shards are gathered: a collective every rank must call)."""
         if model is self.model:
+            return
+        if is_lora(model):  # the adapters merged into the base weights (tirl.models.lora)
+            self.model.load_state_dict(merged_state_dict(model))
             return
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 

@@ -174,13 +174,17 @@ def parse_completion(completion) -> tuple[list[int], list[float], str | None, ob
 
 
 def weights_payload(model) -> tuple[bytes, int]:
-    """`model`'s state dict as safetensors bytes, and its number of tensors. Tied weights
+    """`model`'s state dict as safetensors bytes, and its number of tensors (a LoRA model's
+    with its adapters merged: `tirl.models.lora`). Tied weights
     (a tied lm_head) are sent under each of their names, as copies: vLLM's reload loads each
     module from its own name."""
     from safetensors.torch import save
 
+    from tirl.models.lora import is_lora, merged_state_dict
+
     tensors, seen = {}, set()
-    for name, tensor in model.state_dict().items():
+    state = merged_state_dict(model) if is_lora(model) else model.state_dict()
+    for name, tensor in state.items():
         tensor = tensor.detach().to("cpu").contiguous()
         if tensor.data_ptr() in seen:
             tensor = tensor.clone()

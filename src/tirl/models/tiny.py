@@ -37,6 +37,7 @@ from transformers import (
 )
 
 from tirl.config import ConfigError
+from tirl.models.lora import is_lora
 from tirl.models.saved import WEIGHT_FILES, is_saved_policy, save_policy
 from tirl.models.sources import model_folder, unknown_name_problem
 
@@ -200,7 +201,9 @@ def set_gradient_checkpointing(model: PreTrainedModel, enabled: bool) -> None:
     one more forward of compute) when `enabled`; off otherwise. Non-reentrant checkpointing, so
     it works with inputs that need no grad and with frozen parts. transformers 5 calls it
     activation checkpointing (the old names still work, with a warning); both are handled. A
-    model class without support is a ConfigError."""
+    model class without support is a ConfigError. A LoRA model's base model is the one set."""
+    if is_lora(model):
+        model = model.get_base_model()
     new_api = hasattr(model, "activation_checkpointing_enable")
     if not enabled:
         on = model.is_activation_checkpointing if new_api else model.is_gradient_checkpointing
@@ -222,6 +225,8 @@ def set_gradient_checkpointing(model: PreTrainedModel, enabled: bool) -> None:
 
 def is_gradient_checkpointing(model: PreTrainedModel) -> bool:
     """Whether `set_gradient_checkpointing(model, True)` is in effect."""
+    if is_lora(model):
+        model = model.get_base_model()
     if hasattr(model, "is_activation_checkpointing"):
         return bool(model.is_activation_checkpointing)
     return bool(getattr(model, "is_gradient_checkpointing", False))

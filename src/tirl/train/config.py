@@ -161,13 +161,44 @@ class RolloutConfig:
     )
 
 
+def _lora_targets_problem(targets: list[str]) -> str | None:
+    if not targets or any(not isinstance(t, str) or not t.strip() for t in targets):
+        return "must list module names (or ['all-linear'])"
+    if "all-linear" in targets and len(targets) > 1:
+        return "'all-linear' stands alone"
+    return None
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapters (peft; `tirl.models.lora`) instead of full fine-tuning: every weight of
+    the model is frozen and SFT and RL train a low-rank update W + (alpha / rank) B A on the
+    targeted linear layers. Engines sample, and checkpoints hold, the merged weights; the
+    adapters are saved beside them in `adapter/`. Off (rank 0) by default."""
+
+    rank: int = setting(0, "[0, 4096]", "adapter rank r; 0 = full fine-tuning (every weight)")
+    alpha: float = setting(32.0, "(0, 100000]", "scale numerator: the update is alpha / r * B A")
+    dropout: float = setting(0.0, "[0, 1)", "dropout on the adapters' input while training")
+    targets: list[str] = setting(
+        factory=lambda: ["all-linear"],
+        doc="module names to adapt (e.g. [q_proj, v_proj]); ['all-linear'] = every linear"
+        " layer but the output head",
+        check=_lora_targets_problem,
+    )
+
+
 @dataclass
 class ModelConfig:
     """The policy. With `name_or_path` unset, a tiny model and tokenizer are made from scratch;
-    otherwise both are loaded with `from_pretrained` (a local folder or a hub name)."""
+    otherwise both are loaded with `from_pretrained`: a local folder, a hub name, a `.gguf`
+    file or a shipped model's short name (`smollm2-135m-instruct`), the last two converted once
+    into a cached folder (`tirl.models.sources`)."""
 
     name_or_path: str | None = setting(
-        None, doc="a model folder or hub name; null makes a tiny model", check=_path_problem
+        None,
+        doc="a model folder, hub name, .gguf file or shipped model (smollm2-135m-instruct:"
+        " fetched with pip, no dependencies); null makes a tiny model",
+        check=_path_problem,
     )
     arch: Literal["qwen2", "gpt2"] = setting("qwen2", doc="architecture of the tiny model")
     hidden_size: int = setting(128, "[2, 65536]", "width of the tiny model")
@@ -189,8 +220,20 @@ class ModelConfig:
     gradient_checkpointing: bool = setting(
         False, doc="recompute activations in the backward pass: less memory, ~30% more time"
     )
+    lora: LoraConfig = setting(
+        factory=LoraConfig, doc="LoRA adapters instead of full fine-tuning (rank > 0)"
+    )
 
     def validate(self) -> None:
+        if self.lora.rank:
+            import importlib.util
+
+            if importlib.util.find_spec("peft") is None:
+                raise ConfigError(
+                    "model.lora.rank > 0 trains LoRA adapters with peft, which is not"
+                    " installed: pip install 'tirl[lora]'",
+                    "model.lora.rank",
+                )
         if self.hidden_size % self.heads:
             raise ConfigError(
                 f"model.hidden_size ({self.hidden_size}) must be divisible by model.heads ({self.heads})"
@@ -835,6 +878,13 @@ class RunConfig:
                 f"model.max_positions ({self.model.max_positions}) must exceed the longest"
                 f" model-token limit ({longest}): the prompt and tool output need room too"
             )
+        if self.model.lora.rank and not self._engine_kind().receives_weights:
+            raise ConfigError(
+                f"model.lora.rank: rollout.engine {self.rollout.engine} samples a server's own"
+                " weights, which cannot take the adapters trained here; LoRA needs an engine"
+                " that receives the trained weights (hf, vllm)",
+                "model.lora.rank",
+            )
         if self.prompt.chat and not self.model.name_or_path:
             raise ConfigError(
                 "prompt.chat: true needs a model whose tokenizer has a chat template"
@@ -844,13 +894,16 @@ class RunConfig:
         self.check_engine()
         self.check_data()
 
+    def _engine_kind(self):
+        from tirl.rollout.engines import ENGINES
+
+        return ENGINES[self.rollout.engine]
+
     def check_engine(self) -> None:
         """An engine that cannot receive the trained weights serves evaluation only: training
         with it would sample from stale weights, so such a run fails here, at load."""
-        from tirl.rollout.engines import ENGINES
-
         engine = self.rollout.engine
-        kind = ENGINES[engine]
+        kind = self._engine_kind()
         if not kind.receives_weights and (self.rl.steps > 0 or self.sft.total_steps > 0):
             raise ConfigError(
                 f"rollout.engine {engine} cannot receive the trained weights, so training would"

@@ -69,6 +69,8 @@ from tirl.backends.engine import close_engine
 from tirl.config import ConfigError, dump_yaml, load_config, to_dict
 from tirl.cpu import configure_threads
 from tirl.files import check_plain_name, read_jsonl, replacing, write_text
+from tirl.models.lora import add_lora
+from tirl.models.saved import load_saved_weights
 from tirl.models.tiny import (
     TinyModelSpec,
     build_model,
@@ -307,8 +309,25 @@ class Pipeline:
                 cfg.model.max_positions,
             )
             model = build_model(self.tokenizer, spec, cfg.seed, dtype=cfg.model.dtype)
+        if cfg.model.lora.rank:
+            model = self.with_lora(model)
         set_gradient_checkpointing(model, cfg.model.gradient_checkpointing)
         return model.to(cfg.device).eval()
+
+    def with_lora(self, model):
+        """`model` with `model.lora`'s adapters, every other weight frozen."""
+        lora = self.cfg.model.lora
+        if self.dist is not None:
+            raise ConfigError(
+                "model.lora.rank: LoRA does not run under torchrun here (FSDP shards the frozen"
+                " base too); train adapters at scale with verl (docs/verl.md)",
+                "model.lora.rank",
+            )
+        try:
+            return add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.targets)
+        except ValueError as e:  # peft: a target the model does not have
+            first = str(e).strip().splitlines()[0]
+            raise ConfigError(f"model.lora.targets {lora.targets}: {first}", "model.lora") from None
 
     def prompt_ids(self, task: Task) -> list[int]:
         return self.renderer.prompt_ids(task.problem)
@@ -342,7 +361,7 @@ class Pipeline:
         """On resume, load the weights of a finished phase; False if it must run."""
         if not (self.resume and is_saved_policy(folder)):
             return False
-        model.load_state_dict(load_policy(folder)[0].state_dict())
+        load_saved_weights(model, folder)
         return True
 
     async def train_sft(self, variant: str, model, sandbox: SandboxClient, use_tools: bool) -> None:

@@ -81,6 +81,7 @@ from tirl.algos.mismatch import mismatch_metrics, truncated_is_weights
 from tirl.algos.overlong import overlong_penalty
 from tirl.config import ConfigError
 from tirl.cpu import pace, sharing_cores
+from tirl.models.lora import is_lora, trainable_parameters
 from tirl.protocol import Protocol, get_protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rewards.reward import configured_reward
@@ -217,7 +218,8 @@ class RLTrainer:
         if isinstance(protocol, str):
             protocol = get_protocol(protocol)
         self.protocol = protocol
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+        self.params = trainable_parameters(model)  # the adapters only, under LoRA
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=0.0)
         warmup = max(1, cfg.warmup_steps * cfg.updates_per_step)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda u: min(1.0, (u + 1) / warmup)
@@ -574,7 +576,7 @@ class RLTrainer:
                 ref_logprobs, cfg, self.shard, norm_len=max_tokens,
             )  # fmt: skip
             m = sum_over_ranks(m, self.dist)
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
             m["actor/grad_norm"] = grad_norm_value(norm)
             self.optimizer.step()
             self.schedule.step()
@@ -618,8 +620,14 @@ class RLTrainer:
         """Write `trainer.pt` (model, optimizer, schedule, RNG, state) into `directory`."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        # Under LoRA the frozen base is the SFT start's, saved already: only adapters here.
+        options = StateDictOptions(
+            full_state_dict=True, cpu_offload=True, ignore_frozen_params=True
+        )
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=options)
+        if is_lora(self.model):  # a head tied to the frozen embedding is listed all the same
+            trained = {name for name, p in self.model.named_parameters() if p.requires_grad}
+            model_sd = {k: v for k, v in model_sd.items() if k in trained}
         path = Path(directory) / "trainer.pt"
         if self.dist is None or self.dist.is_main:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -664,7 +672,10 @@ class RLTrainer:
         # set_state_dict builds the optimizer's state by a zero step, which it skips when
         # gradients are present (e.g. left by an earlier run of the same model object).
         self.model.zero_grad(set_to_none=True)
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
+        frozen = is_lora(self.model)  # the checkpoint holds the adapters, not the frozen base
+        options = StateDictOptions(
+            full_state_dict=True, broadcast_from_rank0=False, strict=not frozen
+        )
         set_state_dict(
             self.model,
             self.optimizer,

@@ -6,7 +6,9 @@ rollout settings that `tirl train`, `eval`, `ablate` and `study` sample with.
 - the engine: `rollout.engine` with `rollout.engine_options` through the registry of
   `tirl.rollout.engines`. An engine that serves a saved model (vllm) is started from a copy of
   the live policy saved into the run folder, so it samples the weights the trainer holds now;
-  after every update the trainer pushes its new weights into it (`RLTrainer.push_weights`);
+  after every update the trainer pushes its new weights into it (`RLTrainer.push_weights`).
+  A LoRA policy is sampled as a plain model with its adapters merged (`tirl.models.lora`),
+  which takes the merged weights again after every update;
 - the rollout settings: the model-visible output limit (`sandbox.max_output_chars`) and the
   protocol (`protocol.name`, `protocol.boundary`) are the run's everywhere; limits, budget and
   temperature are the phase's.
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.httpauth import client_key
+from tirl.models.lora import is_lora, plain_copy
 from tirl.models.sources import model_folder
 from tirl.models.tiny import save_policy
 from tirl.protocol import Protocol, get_protocol
@@ -122,8 +125,11 @@ def engine_for(
             raise ValueError(f"engine {cfg.rollout.engine} needs a folder to save the policy in")
         save_policy(model, tokenizer, policy_dir)
         model_path = str(policy_dir)
-    if cfg.rl.one_step_off_policy and "model" in kind.needs and model is not None:
-        model = copy.deepcopy(model)  # sampled while the trainer updates the original
+    if "model" in kind.needs and model is not None:
+        if is_lora(model):  # the merged weights, in the base class (the fused path runs it)
+            model = plain_copy(model)
+        elif cfg.rl.one_step_off_policy:
+            model = copy.deepcopy(model)  # sampled while the trainer updates the original
     spec = EngineSpec(
         model=model,
         model_path=model_path,

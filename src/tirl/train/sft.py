@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from tirl.algos.losses import agg_loss
 from tirl.cpu import pace
+from tirl.models.lora import trainable_parameters
 from tirl.protocol.segments import Trajectory
 from tirl.train.batch import collate, token_logprobs
 from tirl.train.config import SFTConfig
@@ -131,7 +132,8 @@ def train_sft_stages(
         raise ValueError("SFT needs at least one demonstration")
     total = sum(steps for _, steps in stages)
     device = next(model.parameters()).device
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    params = trainable_parameters(model)  # the adapters only, under LoRA
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: warmup_cosine(s, total, cfg.warmup_steps)
     )
@@ -153,7 +155,7 @@ def train_sft_stages(
                 model, [demos[r] for r in rows], pad_id, cfg.mask_tool_output, cfg.micro_batches,
                 device,
             )  # fmt: skip
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             schedule.step()
             bar.update(1)

@@ -128,6 +128,8 @@ def check_expressible(cfg: RunConfig) -> None:
         raise _refusal("variants", f"one verl launch trains one policy; pick one of {cfg.variants}")
     if rl.advantage_params:
         raise _refusal("rl.advantage_params", "verl passes no extra parameters to an estimator")
+    if cfg.model.lora.rank and cfg.model.lora.dropout:
+        raise _refusal("model.lora.dropout", "verl's LoRA has no dropout: set it to 0")
     if rl.advantage in _OUTCOME_ESTIMATORS and rl.gamma != 1.0:
         raise _refusal("rl.gamma", f"{rl.advantage!r} is an outcome estimator: gamma must be 1")
     verl_estimator(rl.advantage, rl.gamma)
@@ -298,6 +300,12 @@ def verl_settings(cfg: RunConfig) -> dict[str, Any]:
         s[f"{_V1}.sampler.max_off_policy_threshold"] = None if staleness is None else staleness + 1
     if rl.curriculum.enabled:
         s.update(curriculum_settings(cfg))
+    lora = cfg.model.lora
+    if lora.rank:  # verl's own LoRA (peft in its FSDP workers; vLLM serves the adapters)
+        s[f"{_AR}.model.lora_rank"] = lora.rank
+        s[f"{_AR}.model.lora_alpha"] = lora.alpha
+        all_linear = lora.targets == ["all-linear"]
+        s[f"{_AR}.model.target_modules"] = "all-linear" if all_linear else list(lora.targets)
     if ev.samples_per_item > 0:
         val = {"n": ev.samples_per_item, "do_sample": True, "temperature": ev.temperature}
     else:

@@ -167,6 +167,15 @@ MAPPING: dict[str, Row] = {
         " which shows as the rollout/actor log-prob gap",
     ),
     "model.gradient_checkpointing": _verl(f"{_AR}.model.enable_gradient_checkpointing"),
+    "model.lora.rank": _verl(
+        f"{_AR}.model.lora_rank",
+        f"{_AR}.model.lora_alpha",
+        f"{_AR}.model.target_modules",
+        note="verl's own LoRA; 0 (full fine-tuning) writes none of them",
+    ),
+    "model.lora.alpha": _verl(f"{_AR}.model.lora_alpha", note="with model.lora.rank > 0"),
+    "model.lora.targets": _verl(f"{_AR}.model.target_modules", note="with model.lora.rank > 0"),
+    "model.lora.dropout": _none("verl's LoRA has no dropout: refused unless 0 (with a rank)"),
     # ---- sandbox: the loop opens sessions with these limits
     "sandbox.kind": _loop(
         "where the loop's sessions run: local (each agent-loop worker), ray (a pool in verl's"
