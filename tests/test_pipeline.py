@@ -252,3 +252,19 @@ def test_every_recipe_loads_once_its_placeholder_paths_are_set(recipe, tmp_path,
         protocol = "agentmath_tags" if "protocol: agentmath_tags" in text else "cir_fences"
         overrides.append(f"sft.data={write_synth_file(tmp_path / 'demos.jsonl', protocol)}")
     assert main(["config", str(path), *overrides]) == 0, capsys.readouterr().err
+
+
+def test_eval_base_evaluates_the_loaded_model_before_sft_and_pairs_every_phase(
+    tmp_path, capsys
+):
+    argv = ["train", f"out_dir={tmp_path}", "name=base", *SMALL, "variants=[code, text]",
+            "data.eval=[{name: heldout, items: 3}]", "eval.base=true", "rl.steps=1"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err[-2000:]
+    out = capsys.readouterr().out
+    run = tmp_path / "base"
+    results = json.loads((run / "eval.json").read_text())
+    for variant in ("code", "text"):
+        assert list(results[variant]) == ["base", "sft", "rl"]
+        assert (run / "samples" / f"{variant}_base_heldout.jsonl").is_file()
+    assert "code: base → SFT heldout (3 items)" in out and "text → code (RL)" in out
+    assert "## Paired comparisons" in (run / "report.md").read_text()

@@ -83,3 +83,56 @@ def test_the_train_summary_prints_the_gains_when_both_phases_ran(tmp_path):
     assert "RL against its SFT start" in text
     assert "code heldout (2 items): reward 0.500 → 1.000, gain +0.500" in text
     assert "RL against its SFT start" not in summary({}, tmp_path / "elsewhere")
+
+
+def test_base_to_sft_and_code_against_text_are_paired_too(tmp_path):
+    """With `eval.base` and both variants: what SFT added per variant, and code vs text after
+    the last phase both reached, each paired by item, in other_gains.json and the report."""
+    from tirl.eval.gains import other_gains
+
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    zero = {f"t{i}": (0.0, False) for i in range(4)}
+    _write(samples / "code_base_heldout.jsonl", zero)
+    _write(samples / "code_sft_heldout.jsonl", {**zero, "t0": (1.0, True), "t1": (1.0, True)})
+    _write(samples / "code_rl_heldout.jsonl", {f"t{i}": (1.0, True) for i in range(4)})
+    _write(samples / "text_sft_heldout.jsonl", zero)
+    _write(samples / "text_rl_heldout.jsonl", {**zero, "t3": (1.0, True)})
+    (tmp_path / "metrics.jsonl").write_text("")
+    rows = {r["comparison"]: r for r in other_gains(tmp_path)}
+    assert set(rows) == {"code: base → SFT", "text → code (RL)"}
+    assert rows["code: base → SFT"]["correct"]["D"] == pytest.approx(0.5)
+    versus = rows["text → code (RL)"]["correct"]
+    assert versus["before"] == pytest.approx(0.25) and versus["D"] == pytest.approx(0.75)
+    write_report(tmp_path, eval_results={}, metrics_path=tmp_path / "metrics.jsonl")
+    md = (tmp_path / "report.md").read_text()
+    assert "## Paired comparisons" in md and "| text → code (RL) | heldout | 4 |" in md
+    assert len(json.loads((tmp_path / "other_gains.json").read_text())) == 2
+
+
+def _rl_records(variant: str, uniform: list[float], accuracy: float = 0.0) -> list[dict]:
+    return [
+        {"variant": variant, "phase": "rl", "step": i, "train/uniform_group_share": u,
+         "train/accuracy": accuracy, "train/truncation_rate": 0.6}
+        for i, u in enumerate(uniform)
+    ]  # fmt: skip
+
+
+def test_rl_with_no_group_of_mixed_outcomes_is_called_out_with_what_helps(tmp_path):
+    from tirl.apps.evaluation import summary
+    from tirl.eval.signal import rl_signal_notes
+
+    silent = _rl_records("code", [1.0] * 6)
+    notes = rl_signal_notes([*silent, *_rl_records("text", [0.5, 0.25])])
+    assert len(notes) == 1 and notes[0].startswith("code: RL learned nothing: in all 6 steps")
+    assert "60% were cut at rl.max_model_tokens" in notes[0] and "rl.curriculum" in notes[0]
+    nearly = rl_signal_notes(_rl_records("code", [1.0] * 9 + [0.5]))
+    assert "95% of its groups over 10 steps scored alike" in nearly[0]
+    solved = rl_signal_notes(_rl_records("code", [1.0] * 3, accuracy=1.0))
+    assert "too easy" in solved[0]
+    # in the console summary and at the top of the report
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in silent))
+    assert "warning: code: RL learned nothing" in summary({}, tmp_path)
+    write_report(tmp_path, eval_results={}, metrics_path=tmp_path / "metrics.jsonl")
+    assert "## Warnings" in (tmp_path / "report.md").read_text()
+    assert "RL learned nothing" in (tmp_path / "report.html").read_text()

@@ -7,16 +7,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from tirl.eval.evaluate import check_failed_share, evaluate_policy, first_failure
-from tirl.eval.gains import gains_text, rl_gains
-from tirl.eval.report import format_summary_table, summary_rows, write_report
+from tirl.eval.gains import gains_text, other_gains, rl_gains
+from tirl.eval.report import format_summary_table, read_metrics, summary_rows, write_report
+from tirl.eval.signal import rl_signal_notes
 from tirl.train.pipeline import Evaluation
 
 
 def summary(results: dict, run_dir: Path) -> str:
-    """The evaluation table, then what RL changed over its SFT start (when both were run)."""
-    table = format_summary_table(summary_rows(results))
-    gains = rl_gains(run_dir)
-    return f"{table}\n\n{gains_text(gains)}" if gains else table
+    """The evaluation table, what RL changed over its SFT start (when both were run), the
+    run's other paired comparisons, and a warning for RL that had nothing to learn from."""
+    parts = [format_summary_table(summary_rows(results))]
+    gains, others = rl_gains(run_dir), other_gains(run_dir)
+    if gains:
+        parts.append(gains_text(gains))
+    if others:
+        parts.append(gains_text(others, "Paired comparisons"))
+    notes = rl_signal_notes(read_metrics(Path(run_dir) / "metrics.jsonl"))
+    parts += [f"warning: {note}" for note in notes]
+    return "\n\n".join(parts)
 
 
 def evaluation() -> Evaluation:

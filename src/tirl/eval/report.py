@@ -38,12 +38,13 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from tirl.eval import viewer
-from tirl.eval.gains import gains_cells, rl_gains
+from tirl.eval.gains import comparison_cells, gains_cells, other_gains, rl_gains
+from tirl.eval.signal import rl_signal_notes
 from tirl.files import write_text
 from tirl.protocol.segments import Trajectory
 
 VARIANT_ORDER = ("code", "text")
-PHASE_ORDER = ("before_sft", "sft", "rl")
+PHASE_ORDER = ("base", "before_sft", "sft", "rl")
 
 # (row key, eval metric key, column header, number format). One table drives summary_rows and
 # all three renderings so they cannot disagree.
@@ -579,11 +580,21 @@ GAINS_NOTE = (
 )
 
 
-def _markdown(title, rows, training, plots, picked, config, run_dir, gains=()) -> str:
+OTHER_GAINS_NOTE = (
+    "The same held-out items, paired: what SFT added to the model as loaded (eval.base), and"
+    " the code variant against the text-only one (other_gains.json)."
+)
+
+
+def _markdown(title, rows, training, plots, picked, config, run_dir, gains=(), extra=()) -> str:
+    """`extra`: (notes, other comparisons)."""
+    notes, others = extra or ((), ())
     out = [f"# {title}", ""]
     headline = _headline(rows)
     if headline:
         out += [f"**{headline}**", ""]
+    if notes:
+        out += ["## Warnings", "", *(f"- {n}" for n in notes), ""]
     out += ["## Evaluation", ""]
     if rows:
         out += [_md_table(*_table_cells(rows, _present_columns(rows, _COLUMN_SPEC))), ""]
@@ -600,6 +611,9 @@ def _markdown(title, rows, training, plots, picked, config, run_dir, gains=()) -
             _md_table(*gains_cells(gains)),
             "",
         ]
+    if others:
+        out += ["## Paired comparisons", "", OTHER_GAINS_NOTE, "",
+                _md_table(*comparison_cells(others)), ""]  # fmt: skip
     out += ["## Plots", ""]
     if plots:
         for name, path in plots:
@@ -662,7 +676,8 @@ def _html_table(header: list[str], body: list[list[str]]) -> str:
     return "<table>" + row(header, "th") + "".join(row(r, "td") for r in body) + "</table>"
 
 
-def _html(title, rows, training, plots, picked, config, tokenizer=None, gains=()) -> str:
+def _html(title, rows, training, plots, picked, config, tokenizer=None, gains=(), extra=()) -> str:
+    notes, others = extra or ((), ())
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -673,6 +688,9 @@ def _html(title, rows, training, plots, picked, config, tokenizer=None, gains=()
     headline = _headline(rows)
     if headline:
         out.append(f'<p class="headline">{html.escape(headline)}</p>')
+    if notes:
+        items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+        out.append(f'<h2>Warnings</h2><ul class="warnings">{items}</ul>')
     out.append("<h2>Evaluation</h2>")
     if rows:
         out.append(_html_table(*_table_cells(rows, _present_columns(rows, _COLUMN_SPEC))))
@@ -683,6 +701,9 @@ def _html(title, rows, training, plots, picked, config, tokenizer=None, gains=()
     if gains:
         out += ["<h2>RL against its SFT start</h2>", f"<p>{html.escape(GAINS_NOTE)}</p>",
                 _html_table(*gains_cells(gains))]  # fmt: skip
+    if others:
+        out += ["<h2>Paired comparisons</h2>", f"<p>{html.escape(OTHER_GAINS_NOTE)}</p>",
+                _html_table(*comparison_cells(others))]  # fmt: skip
     out.append("<h2>Plots</h2>")
     if not plots:
         out.append("<p>No metrics were logged, so there is nothing to plot.</p>")
@@ -737,13 +758,19 @@ def write_report(
     gains = rl_gains(run_dir)
     if gains:
         write_text(run_dir / "rl_gains.json", json.dumps(gains, indent=2))
+    others = other_gains(run_dir)
+    if others:
+        write_text(run_dir / "other_gains.json", json.dumps(others, indent=2))
+    extra = (rl_signal_notes(records), others)
 
     md_path = run_dir / "report.md"
     md_path.write_text(
-        _markdown(title, rows, training, plots, picked, config, run_dir, gains), encoding="utf-8"
+        _markdown(title, rows, training, plots, picked, config, run_dir, gains, extra),
+        encoding="utf-8",
     )
     html_path = run_dir / "report.html"
     html_path.write_text(
-        _html(title, rows, training, plots, picked, config, tokenizer, gains), encoding="utf-8"
+        _html(title, rows, training, plots, picked, config, tokenizer, gains, extra),
+        encoding="utf-8",
     )
     return {"markdown": md_path, "html": html_path, "plots": plots_dir}

@@ -780,6 +780,11 @@ class EvalConfig:
     avg@k at `temperature` ("eval/avg@k", as CIR's avg@16 at temperature 1.0), each sample
     seeded by the run's `seed`, its item and its number."""
 
+    base: bool = setting(
+        False,
+        doc="also evaluate the model as loaded, before SFT (phase base): what SFT and RL add"
+        " to a pretrained model",
+    )
     samples_per_item: int = setting(4, ">= 0", "k of avg@k; 0 turns the sampled pass off")
     temperature: float = setting(1.0, "(0, 100]", "temperature of the sampled pass")
     max_model_tokens: int = setting(64, ">= 1", "model tokens per trajectory")

@@ -1,7 +1,8 @@
 """`tirl train CONFIG`: the one training pipeline, for any task sources, engine and protocol.
 
-For each variant (`code`: the interpreter is on; `text`: a text-only baseline): make the
-demonstrations, SFT, evaluate, RL, evaluate. Then write a report comparing them. `tirl
+For each variant (`code`: the interpreter is on; `text`: a text-only baseline): evaluate the
+model as loaded (phase `base`, with `eval.base`), make the demonstrations, SFT, evaluate, RL,
+evaluate. Then write a report comparing them. `tirl
 quickstart` is this pipeline with the bundled preset `tirl/presets/quickstart.yaml` (arithmetic,
 a tiny model and tokenizer made from scratch, nothing downloaded).
 
@@ -290,6 +291,8 @@ class Pipeline:
         seed_everything(self.cfg.seed)
         model = self.make_model() if self.trains_here else None
         self.results[variant] = {}
+        if self.cfg.eval.base and self.is_main:  # the model as loaded, before any training
+            await self.evaluate_model(variant, "base", model, sandbox, use_tools)
         await self.sft(variant, model, sandbox, use_tools)
         if self.cfg.rl.steps > 0:
             await self.rl(variant, model, sandbox, use_tools, self.cfg)
@@ -347,15 +350,18 @@ class Pipeline:
     # ------------------------------------------------------------------ phases
     async def sft(self, variant: str, model, sandbox: SandboxClient, use_tools: bool) -> None:
         """Demonstrations, SFT, checkpoint `<variant>/sft`, evaluation."""
-        cfg = self.cfg
         if model is not None and not self.load_finished(model, self.run_dir / variant / "sft"):
             await self.train_sft(variant, model, sandbox, use_tools)
         if self.is_main:
-            rollout = self.rollout_for(variant, model, sandbox, use_tools)
-            try:
-                await self.evaluate(variant, "sft", rollout, use_tools, cfg)
-            finally:
-                await close_engine(rollout.engine)
+            await self.evaluate_model(variant, "sft", model, sandbox, use_tools)
+
+    async def evaluate_model(self, variant, phase, model, sandbox, use_tools) -> None:
+        """Every eval set, sampled from `model` as it is now, recorded as `phase`."""
+        rollout = self.rollout_for(variant, model, sandbox, use_tools)
+        try:
+            await self.evaluate(variant, phase, rollout, use_tools, self.cfg)
+        finally:
+            await close_engine(rollout.engine)
 
     def load_finished(self, model, folder: Path) -> bool:
         """On resume, load the weights of a finished phase; False if it must run."""
