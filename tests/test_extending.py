@@ -421,3 +421,25 @@ def test_a_registered_transport_is_chosen_by_sandbox_kind(run_recipe, tmp_path):
     sandbox, result = asyncio.run(use())
     assert isinstance(sandbox, recipe["CountingSandbox"]) and sandbox.cells == 1
     assert result.stdout == "42\n" and cfg.timeout_s == 2.0
+
+
+# ------------------------------------------------------------------------------ shipped models
+
+
+def test_a_shipped_model_entry_is_accepted_by_name(run_recipe, tmp_path):
+    """The entry registers; the config names it; the CLI's check lets it through to be
+    fetched at load, and a near miss of it is refused with the name suggested."""
+    from tirl.cliargs import check_model_source
+    from tirl.config import ConfigError
+    from tirl.models.sources import SHIPPED_MODELS
+
+    try:
+        run_recipe("A model shipped in a wheel")
+        assert SHIPPED_MODELS["my-lab-tiny-instruct"].package == "my-lab-models"
+        cfg = config_from_recipe("A model shipped in a wheel", tmp_path)
+        assert cfg.model.name_or_path == "my-lab-tiny-instruct"
+        check_model_source(cfg.model.name_or_path, "model.name_or_path")
+        with pytest.raises(ConfigError, match="did you mean 'my-lab-tiny-instruct'"):
+            check_model_source("my-lab-tiny-instuct", "model.name_or_path")
+    finally:
+        SHIPPED_MODELS.unregister("my-lab-tiny-instruct")
