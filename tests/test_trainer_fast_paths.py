@@ -58,8 +58,8 @@ def test_passes_cut_to_their_longest_row_give_the_full_width_log_probs():
         full = token_logprobs(model, batch)[0]  # one pass, padded to the batch's longest
     for micro, tokens in ((0, 0), (2, 0), (0, 16)):
         cut = batch_logprobs(model, batch, micro, tokens)
-        real = batch.attention_mask[:, 1:].bool()
-        torch.testing.assert_close(cut[real], full[real], atol=1e-5, rtol=0)
+        scored = (batch.loss_mask + batch.sampled) > 0  # the positions a loss or gap reads
+        torch.testing.assert_close(cut[scored], full[scored], atol=1e-5, rtol=0)
 
 
 def test_auto_takes_the_samplers_log_probs_only_where_they_are_the_trainers(tiny_model):
@@ -143,3 +143,28 @@ def test_tirl_train_runs_one_step_off_policy_end_to_end(tmp_path: Path):
     rl = [r for r in records if r.get("phase") == "rl"]
     assert [r["step"] for r in rl] == list(range(RL_STEPS))
     assert all("rl/staleness_mean" in r for r in rl if r["train/updated"])
+
+
+def test_only_the_positions_a_row_trains_on_or_sampled_cost_logits(tokenizer):
+    """The leading positions no row needs get no logits (`logits_to_keep`): the log-probs
+    and entropies of every needed position are those of the full pass, the others are 0."""
+    from tirl.models.tiny import TinyModelSpec, build_model
+
+    model = build_model(tokenizer, TinyModelSpec(hidden_size=32, layers=2, heads=2), 0).eval()
+    batch = collate(synthetic_batch(groups=2, group_size=3), pad_id=0)
+    calls = []
+    model.register_forward_pre_hook(lambda m, a, kw: calls.append(kw.get("logits_to_keep")),
+                                    with_kwargs=True)  # fmt: skip
+    with torch.no_grad():
+        lp, ent = token_logprobs(model, batch, with_entropy=True)
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    log_p = torch.log_softmax(logits[:, :-1].float(), -1)
+    want = log_p.gather(-1, batch.input_ids[:, 1:, None])[..., 0]
+    scored = (batch.loss_mask + batch.sampled) > 0
+    first = int(scored.any(0).nonzero()[0])
+    assert first > 0 and calls[0] == batch.input_ids.shape[1] - first
+    torch.testing.assert_close(lp[scored], want[scored], atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        ent[scored], -(log_p.exp() * log_p).sum(-1)[scored], atol=1e-5, rtol=0
+    )
+    assert not lp[:, :first].any() and not ent[:, :first].any()

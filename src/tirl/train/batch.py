@@ -7,6 +7,8 @@ and re-encoded (architecture.md invariant 1). Targets are shifted by one: positi
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -80,13 +82,37 @@ def token_logprobs(
     model: torch.nn.Module, batch: TokenBatch, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probability of every target token under `model`: [B, T-1]; optionally the
-    entropy of the predictive distribution at each position: [B, T-1]."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    logits = logits[:, :-1].float()  # [B, T-1, V]
-    targets = batch.input_ids[:, 1:]  # [B, T-1]
-    logprobs = -F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # [B, T-1]
+    entropy of the predictive distribution at each position: [B, T-1].
+
+    Only positions some row trains on or sampled are scored; the leading positions no row needs
+    (the prompts, a long shared system prompt above all) are 0 and cost no logits: the model is
+    asked for the logits of the last positions only (transformers' `logits_to_keep`), which
+    skips the output head, the [B, T, V] logits and their gradient there. A real vocabulary
+    makes that the largest tensor of a step (SmolLM2: 49,152 logits per position). Models
+    whose forward lacks the argument compute every position, as before."""
+    width = batch.input_ids.shape[1]
+    needed = (batch.loss_mask + batch.sampled).amax(0).nonzero()  # target positions any row needs
+    first = int(needed[0]) if len(needed) and _keeps_logits(model) else 0
+    kwargs = {"logits_to_keep": width - first} if first else {}
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **kwargs).logits
+    logits = logits[:, :-1].float()  # [B, T-1-first, V]: target positions first..T-2
+    targets = batch.input_ids[:, first + 1 :]  # [B, T-1-first]
+    scored = -F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    logprobs = F.pad(scored, (first, 0))  # [B, T-1]
     entropy = None
     if with_entropy:
         log_p = torch.log_softmax(logits, dim=-1)
-        entropy = -(log_p.exp() * log_p).sum(-1)
+        entropy = F.pad(-(log_p.exp() * log_p).sum(-1), (first, 0))
     return logprobs, entropy
+
+
+@functools.cache
+def _forward_keeps_logits(cls: type) -> bool:
+    return "logits_to_keep" in inspect.signature(cls.forward).parameters
+
+
+def _keeps_logits(model: torch.nn.Module) -> bool:
+    """Whether `model`'s forward takes `logits_to_keep` (a LoRA model passes it on to its base;
+    a model sharded by FSDP keeps its class's forward)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _forward_keeps_logits(type(base))
