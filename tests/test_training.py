@@ -176,6 +176,7 @@ def test_one_rl_step_updates_the_policy_and_reports(env, tokenizer, tiny_model, 
         "actor/clip_frac",
         "actor/grad_norm",
         "length/model_tokens_mean",
+        "mem/peak_rss_gb",
     ):
         assert key in metrics
     moved = any(not torch.equal(a, b) for a, b in zip(before, tiny_model.parameters()))

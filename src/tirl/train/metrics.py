@@ -8,10 +8,17 @@ resumed phase first drops the records it is about to log again).
 from __future__ import annotations
 
 import json
+import resource
 from collections.abc import Callable
 from pathlib import Path
 
 from tirl.files import JsonlAppender, read_jsonl
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far, in GB (logged as `mem/peak_rss_gb` with
+    every SFT and RL step, so a run shows which phase holds the most)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # Linux: kB
 
 
 class MetricsLogger:

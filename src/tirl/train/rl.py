@@ -96,7 +96,7 @@ from tirl.train.batch import collate
 from tirl.train.config import RLConfig
 from tirl.train.curriculum import Curriculum
 from tirl.train.distributed import DistContext, gather_in_order, grad_norm_value, sum_over_ranks
-from tirl.train.metrics import MetricsLogger
+from tirl.train.metrics import MetricsLogger, peak_rss_gb
 from tirl.train.runtime import phase_settings
 from tirl.train.update import (
     Shard,
@@ -510,6 +510,7 @@ class RLTrainer:
 
     def log(self, metrics: dict) -> None:
         metrics["train/updates"] = self.state.updates
+        metrics["mem/peak_rss_gb"] = peak_rss_gb()
         if self.logger is not None:
             self.logger.log(metrics)
 

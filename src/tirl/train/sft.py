@@ -19,7 +19,7 @@ from tirl.models.lora import trainable_parameters
 from tirl.protocol.segments import Trajectory
 from tirl.train.batch import collate, token_logprobs
 from tirl.train.config import SFTConfig
-from tirl.train.metrics import MetricsLogger
+from tirl.train.metrics import MetricsLogger, peak_rss_gb
 
 
 def warmup_cosine(step: int, total: int, warmup: int) -> float:
@@ -170,6 +170,7 @@ def train_sft_stages(
                     "train/lr": schedule.get_last_lr()[0],
                     "train/pad_share": pad_share,
                     "time/step_s": time.perf_counter() - start,
+                    "mem/peak_rss_gb": peak_rss_gb(),
                 }
                 if log_stage:
                     record["sft/stage"] = index
