@@ -268,3 +268,17 @@ def test_eval_base_evaluates_the_loaded_model_before_sft_and_pairs_every_phase(
         assert (run / "samples" / f"{variant}_base_heldout.jsonl").is_file()
     assert "code: base → SFT heldout (3 items)" in out and "text → code (RL)" in out
     assert "## Paired comparisons" in (run / "report.md").read_text()
+
+
+def test_quickstart_with_a_model_takes_the_real_model_preset(tmp_path, capsys):
+    """`tirl quickstart --model NAME` is the bundled real-model preset with that model: a
+    near miss of a shipped name is refused before anything runs, naming the right one."""
+    from tirl.cli.common import load_run_config, preset_path
+
+    cfg = load_run_config(str(preset_path("real_model")), [])
+    assert cfg.model.name_or_path == "smollm2-135m-instruct" and cfg.model.lora.rank > 0
+    assert cfg.prompt.chat and cfg.eval.base and cfg.variants == ["code", "text"]
+    code = main(["quickstart", "--model", "smollm2-135m", f"out_dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "did you mean 'smollm2-135m-instruct'" in err
+    assert not any(tmp_path.iterdir())
