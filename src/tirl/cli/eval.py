@@ -1,5 +1,6 @@
 """`tirl eval MODEL`: a saved model, a hub name or OpenAI-compatible servers, evaluated on the
-config's data.eval sets or on benchmarks. What it runs is `tirl.apps.evaluate`."""
+config's data.eval sets or on benchmarks, with the same flags on both roads (-k, --temperature,
+--max-tokens, --out). What it runs is `tirl.apps.evaluate`."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from tirl.cli.common import add_config_args, load_run_config
 from tirl.cliargs import number, output_dir, require_device
 from tirl.config import ConfigError
 
-# The flags of `tirl eval --benchmark` runs (argparse dest -> default): given without
-# --benchmark they would be ignored, so they are refused instead.
-BENCHMARK_FLAGS = {"k": 4, "temperature": 1.0, "max_tokens": 512, "limit": None,
-                   "out": "runs/eval", "data_dir": None}  # fmt: skip
+# The defaults of the flags both roads take (argparse dest -> default) on a --benchmark run;
+# on the config's sets a flag left out keeps the config's eval.* value, and no --out writes
+# nothing.
+BENCHMARK_DEFAULTS = {"k": 4, "temperature": 1.0, "max_tokens": 512, "out": "runs/eval"}
+# The flags of --benchmark runs alone: given without --benchmark they would be ignored, so they
+# are refused instead.
+BENCHMARK_ONLY = ("limit", "data_dir")
 
 
 def _check_eval_flags(args: argparse.Namespace) -> None:
@@ -21,16 +25,19 @@ def _check_eval_flags(args: argparse.Namespace) -> None:
 
     if args.tokenizer is not None and not is_url(args.model):
         raise ConfigError("--tokenizer is for a server URL; a model folder has its own tokenizer")
-    given = [name for name in BENCHMARK_FLAGS if getattr(args, name) is not None]
+    if is_url(args.model) and not args.tokenizer:
+        raise ConfigError("a server URL needs --tokenizer (a folder or hub name) to tokenize")
+    given = [name for name in BENCHMARK_ONLY if getattr(args, name) is not None]
     if given and not args.benchmark:
-        flags = ", ".join("-k" if n == "k" else "--" + n.replace("_", "-") for n in given)
+        flags = ", ".join("--" + n.replace("_", "-") for n in given)
         raise ConfigError(
             f"{flags}: only for --benchmark runs; without --benchmark, tirl eval evaluates the"
-            " config's data.eval sets (set eval.* keys instead)"
+            " config's data.eval sets (set their items in data.eval)"
         )
-    for name, default in BENCHMARK_FLAGS.items():
-        if getattr(args, name) is None:
-            setattr(args, name, default)
+    if args.benchmark:
+        for name, default in BENCHMARK_DEFAULTS.items():
+            if getattr(args, name) is None:
+                setattr(args, name, default)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -41,19 +48,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     hf_logging.set_verbosity_error()
     _check_eval_flags(args)
-    cfg = run.eval_config(args, load_run_config(args.config, args.overrides))
+    # MODEL is model.name_or_path before the config is checked: every check sees that model
+    cfg = run.eval_config(args, load_run_config(args.config, run.eval_overrides(args)))
+    if args.out is not None:
+        run.check_out_folder(args.out)  # a run's folder, or one in use: refused before loading
     require_device(cfg.device)
     # the benchmarks are read before the model loads: a typo fails fast
     items = benchmark_tasks(args.benchmark, args.data_dir, args.limit) if args.benchmark else None
     model, tokenizer = run.eval_policy(args, cfg)
     if items is not None:
         return run.eval_benchmarks(args, cfg, model, tokenizer, items)
-    return run.evaluate_sets(cfg, model, tokenizer, use_tools=not args.no_tools)
+    return run.evaluate_sets(
+        cfg, model, tokenizer, not args.no_tools, out=args.out, title=f"tirl eval {args.model}"
+    )
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "eval", help="evaluate a saved model (folder or hub name) on the held-out split"
+        "eval",
+        help="evaluate a saved model (folder or hub name) or a server on the config's data.eval"
+        " sets, or on benchmarks with --benchmark",
+        description="Without --benchmark: the config's data.eval sets, a greedy pass then"
+        " eval.samples_per_item samples per item; the metrics are printed, and written with the"
+        " samples, a report and a trajectory viewer only with --out. MODEL is the config's"
+        " model.name_or_path (an override naming another model is refused); the loaded model's"
+        " own context bounds each trajectory. With --benchmark: resumable benchmark runs into"
+        " --out (default runs/eval). --out never goes into a training run's folder.",
     )
     p.add_argument(
         "model",
@@ -72,22 +92,26 @@ def add_parser(sub) -> None:
         " races (repeatable or comma-separated); without it, the config's data.eval sets",
     )
     p.add_argument(
-        "--data-dir", help="folder or file with the benchmark data (else $TIRL_BENCHMARK_DIR)"
+        "--data-dir",
+        help="folder or file with the benchmark data (else $TIRL_BENCHMARK_DIR; --benchmark only)",
     )
     p.add_argument(
         "-k",
         type=number(int, ">= 1"),
-        help="samples per item when sampling, >= 1 (default 4)",
+        help="samples per item when sampling, >= 1 (--benchmark: default 4; else"
+        " eval.samples_per_item, default the config's)",
     )
     p.add_argument(
         "--temperature",
         type=number(float, "[0, 100]"),
-        help="in [0, 100]; 0 decodes greedily (k = 1)",
+        help="of the sampled pass, in [0, 100]; 0 decodes greedily only (--benchmark: k = 1,"
+        " default 1.0; else eval.temperature, 0 = eval.samples_per_item 0)",
     )
     p.add_argument(
         "--max-tokens",
         type=number(int, ">= 1"),
-        help="model tokens per trajectory, >= 1 (default 512)",
+        help="model tokens per trajectory, >= 1 (--benchmark: default 512; else"
+        " eval.max_model_tokens); the model's own context bounds it too",
     )
     p.add_argument(
         "--request-timeout-s",
@@ -96,11 +120,16 @@ def add_parser(sub) -> None:
         " failed (default 600)",
     )
     p.add_argument(
-        "--limit", type=number(int, ">= 1"), help="only the first N items of each benchmark"
+        "--limit",
+        type=number(int, ">= 1"),
+        help="only the first N items of each benchmark (--benchmark only)",
     )
     p.add_argument(
         "--out",
         type=output_dir,
-        help="results folder; rerunning resumes from it (default runs/eval)",
+        help="results folder, locked while eval runs; never a training run's folder or one"
+        " inside it. --benchmark: rerunning resumes from it (default runs/eval); else"
+        " eval.json, samples/<set>.jsonl, report.md and viewer.html (default: none, the"
+        " metrics are only printed)",
     )
     p.set_defaults(func=cmd_eval)
