@@ -134,6 +134,7 @@ def test_bad_lora_settings_are_one_line(overrides, message, tmp_path, capsys):
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("tirl: error:")]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in err, err
+    assert not (tmp_path / "bad").exists()  # refused before the run folder is made
 
 
 def test_lora_on_an_engine_that_keeps_its_own_weights_is_refused(tmp_path, capsys):

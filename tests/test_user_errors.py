@@ -101,8 +101,6 @@ def bad_values(tp, f: dataclasses.Field) -> list[str]:
                     values.append([{**good, g.name: b}])
         if item_origin is list:  # budget_schedule
             values += [[], [[0.5, 2]], [[0, -1]], [[0, 1.5]], [[0, 2, 3]], [[0, NAN]]]
-        if item is str and f.metadata.get("check"):
-            values += [["no_such_module_xyz"], ["not a module"]]
     return [v if isinstance(v, str) and v in (NAN, INF, NEG_INF) else _yaml(v) for v in values]
 
 

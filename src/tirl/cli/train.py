@@ -8,7 +8,6 @@ import argparse
 from tirl.cli.common import add_config_args, add_resume_arg, load_run_config, preset_path
 from tirl.cliargs import check_model_source, require_device
 
-
 # `tirl quickstart --model NAME`: the bundled preset for a pretrained instruct model
 REAL_MODEL_PRESET = "real_model"
 

@@ -142,15 +142,24 @@ def build_model(
 
 def _build(tokenizer: PreTrainedTokenizerFast, spec: TinyModelSpec, seed: int) -> PreTrainedModel:
     torch.manual_seed(seed)
+    config = tiny_config(spec, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+    return TINY_CLASSES[spec.arch](config)
+
+
+TINY_CLASSES = {"qwen2": Qwen2ForCausalLM, "gpt2": GPT2LMHeadModel}
+
+
+def tiny_config(spec: TinyModelSpec, vocab_size: int, eos_id: int, pad_id: int):
+    """The transformers config of a from-scratch model sized by `spec`."""
     common = dict(
-        vocab_size=len(tokenizer),
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        vocab_size=vocab_size,
+        eos_token_id=eos_id,
+        bos_token_id=eos_id,
+        pad_token_id=pad_id,
         tie_word_embeddings=True,
     )
     if spec.arch == "qwen2":
-        config = Qwen2Config(
+        return Qwen2Config(
             hidden_size=spec.hidden_size,
             intermediate_size=4 * spec.hidden_size,
             num_hidden_layers=spec.layers,
@@ -159,16 +168,14 @@ def _build(tokenizer: PreTrainedTokenizerFast, spec: TinyModelSpec, seed: int) -
             max_position_embeddings=spec.max_positions,
             **common,
         )
-        return Qwen2ForCausalLM(config)
     if spec.arch == "gpt2":
-        config = GPT2Config(
+        return GPT2Config(
             n_embd=spec.hidden_size,
             n_layer=spec.layers,
             n_head=spec.heads,
             n_positions=spec.max_positions,
             **common,
         )
-        return GPT2LMHeadModel(config)
     raise ValueError(f"unknown tiny-model arch {spec.arch!r}; expected 'qwen2' or 'gpt2'")
 
 

@@ -80,6 +80,7 @@ from tirl.models.tiny import (
     loading,
     save_policy,
     set_gradient_checkpointing,
+    tiny_config,
     train_tokenizer,
 )
 from tirl.plugins import load_plugins
@@ -181,6 +182,39 @@ def first_rl_position(cfg: RunConfig, mixture: Mixture, stages: list[Mixture]) -
         counts[mixture.turn(position)[0]] += 1
         position += 1
     return position
+
+
+def tiny_spec(cfg: RunConfig) -> TinyModelSpec:
+    m = cfg.model
+    return TinyModelSpec(m.arch, m.hidden_size, m.layers, m.heads, m.max_positions)
+
+
+def with_lora(model, cfg: RunConfig):
+    """`model` with `model.lora`'s adapters, every other weight frozen; a target the model
+    does not have is a ConfigError naming it."""
+    lora = cfg.model.lora
+    try:
+        return add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.targets)
+    except ValueError as e:  # peft: a target the model does not have
+        first = str(e).strip().splitlines()[0]
+        raise ConfigError(f"model.lora.targets {lora.targets}: {first}", "model.lora") from None
+
+
+def check_lora_targets(cfg: RunConfig) -> None:
+    """`model.lora.targets` the model has, checked before the run folder is made, on a copy of
+    the model without weights (torch's meta device: built from its config in a few seconds).
+    'all-linear' fits every model, and LoRA off checks nothing."""
+    lora = cfg.model.lora
+    if not lora.rank or lora.targets == ["all-linear"]:
+        return
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if cfg.model.name_or_path:
+        config = loading(cfg.model.name_or_path, AutoConfig.from_pretrained)
+    else:
+        config = tiny_config(tiny_spec(cfg), cfg.model.vocab_size, 0, 1)
+    with torch.device("meta"):
+        with_lora(AutoModelForCausalLM.from_config(config), cfg)
 
 
 def drop_records(logger: MetricsLogger, variant: str, phase: str, from_step: int = 0) -> None:
@@ -304,33 +338,17 @@ class Pipeline:
         if cfg.model.name_or_path:
             model, _ = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype)
         else:
-            spec = TinyModelSpec(
-                cfg.model.arch,
-                cfg.model.hidden_size,
-                cfg.model.layers,
-                cfg.model.heads,
-                cfg.model.max_positions,
-            )
-            model = build_model(self.tokenizer, spec, cfg.seed, dtype=cfg.model.dtype)
+            model = build_model(self.tokenizer, tiny_spec(cfg), cfg.seed, dtype=cfg.model.dtype)
         if cfg.model.lora.rank:
-            model = self.with_lora(model)
+            if self.dist is not None:
+                raise ConfigError(
+                    "model.lora.rank: LoRA does not run under torchrun here (FSDP shards the"
+                    " frozen base too); train adapters at scale with verl (docs/verl.md)",
+                    "model.lora.rank",
+                )
+            model = with_lora(model, cfg)
         set_gradient_checkpointing(model, cfg.model.gradient_checkpointing)
         return model.to(cfg.device).eval()
-
-    def with_lora(self, model):
-        """`model` with `model.lora`'s adapters, every other weight frozen."""
-        lora = self.cfg.model.lora
-        if self.dist is not None:
-            raise ConfigError(
-                "model.lora.rank: LoRA does not run under torchrun here (FSDP shards the frozen"
-                " base too); train adapters at scale with verl (docs/verl.md)",
-                "model.lora.rank",
-            )
-        try:
-            return add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.targets)
-        except ValueError as e:  # peft: a target the model does not have
-            first = str(e).strip().splitlines()[0]
-            raise ConfigError(f"model.lora.targets {lora.targets}: {first}", "model.lora") from None
 
     def prompt_ids(self, task: Task) -> list[int]:
         return self.renderer.prompt_ids(task.problem)
@@ -624,6 +642,7 @@ def run_training(
     works in it: a second run or resume on it is refused (ConfigError) naming this one."""
     quiet_transformers(cfg)
     check_plain_name(cfg.name, "name")
+    check_lora_targets(cfg)
     run_dir = Path(cfg.out_dir) / cfg.name
     if resume:
         check_same_config(cfg, run_dir)  # before the lock: nothing is written for a bad resume
