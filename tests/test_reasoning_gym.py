@@ -367,3 +367,22 @@ def test_tirl_train_and_eval_run_on_the_recipe(tmp_path, capsys):
     evaluation = "data.eval=[{name: legs, items: 3, source: reasoning_gym, dataset: leg_counting}]"
     argv = ["eval", str(run / "code" / "rl"), evaluation, "eval.max_model_tokens=8"]
     assert main(argv) == 0, capsys.readouterr().err[-2000:]
+
+
+def test_a_reasoning_gym_dataset_is_a_benchmark_scored_as_boxed_math():
+    """`tirl eval --benchmark rg:gsm_symbolic`: the source's test items, the question alone,
+    the gold answer scored as a boxed answer (not the <answer> tag training asks for)."""
+    from tirl.config import ConfigError
+    from tirl.eval.benchmark_eval import benchmark_tasks
+
+    ((tasks, source),) = benchmark_tasks(["rg:gsm_symbolic"], None, 5).values()
+    assert len(tasks) == 5 and source == "rg:gsm_symbolic"
+    assert len({t.problem for t in tasks}) == 5 and "<answer>" not in tasks[0].problem
+    for task in tasks:
+        assert task.score(f"So the total is \\boxed{{{task.answer}}}.").correct
+        assert not task.score(f"<answer>{task.answer}</answer>").correct
+    assert [
+        t.problem for t in benchmark_tasks(["rg:gsm_symbolic"], None, 5)["rg:gsm_symbolic"][0]
+    ] == [t.problem for t in tasks]  # the same items again
+    with pytest.raises(ConfigError, match="did you mean gsm_symbolic"):
+        benchmark_tasks(["rg:gsm_symbolik"], None, 5)

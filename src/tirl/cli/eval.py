@@ -88,7 +88,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--benchmark",
         action="append",
-        help="math500, aime24, aime25, amc23, olymmath-easy, olymmath-hard, hmmt, a file, or"
+        help="math500, aime24, aime25, amc23, olymmath-easy, olymmath-hard, hmmt, a file,"
+        " rg:<reasoning-gym dataset> (e.g. rg:gsm_symbolic; --limit items), or"
         " races (repeatable or comma-separated); without it, the config's data.eval sets",
     )
     p.add_argument(

@@ -245,6 +245,37 @@ def races_items(tasks: Iterable[Any], prefix: str = "races") -> list[BenchmarkIt
     ]
 
 
+REASONING_GYM_PREFIX = "rg:"
+
+
+def load_reasoning_gym(spec: str, n: int = 200) -> list[BenchmarkItem]:
+    """`rg:<dataset>`: the first `n` test items of a reasoning-gym dataset (through the
+    `reasoning_gym` task source, so the split and seeding are that source's, seed 0) as math
+    items: the question alone, its gold answer scored as a `\\boxed{}` answer like every other
+    benchmark (not reasoning-gym's `<answer>` convention the source asks for in training), so a
+    model trained on boxed answers is measured on its reasoning, not on the tag."""
+    from tirl.tasks.sources.reasoning_gym import ReasoningGymSource, dataset_problem
+
+    dataset = spec[len(REASONING_GYM_PREFIX) :]
+    problem = dataset_problem(dataset)
+    if problem:
+        raise ValueError(f"dataset {problem}")
+    source = ReasoningGymSource(dataset=dataset)
+    items = []
+    for i in range(n):
+        entry = source.item("test", i).meta["entry"]
+        items.append(
+            BenchmarkItem(
+                id=f"{dataset}-{i}",
+                problem=str(entry["question"]).strip(),
+                answer=str(entry["answer"]),
+                category=dataset,
+                meta={"benchmark": spec},
+            )
+        )
+    return items
+
+
 RACES_FIELDS = ("operator", "prompt", "envs", "xs")  # the row shape of a `tirl envs build` file
 
 

@@ -3,8 +3,9 @@
 `benchmark` is what `tirl eval --benchmark` takes: a name (math500, aime24, aime25, amc23,
 olymmath-easy, olymmath-hard, hmmt; its file looked up in `benchmark_dir`, default
 $TIRL_BENCHMARK_DIR), a .jsonl/.parquet file, `hf:<dataset>`, `races` (`races_n` RACES test
-tasks, default 200, built in-process, seed 0) or a RACES tasks file written by `tirl envs
-build`. `tirl eval --benchmark` gets its problems from this source, and scores them with
+tasks, default 200, built in-process, seed 0), `rg:<dataset>` (`races_n` test items of a
+reasoning-gym dataset, e.g. `rg:gsm_symbolic`, scored as boxed math answers) or a RACES tasks
+file written by `tirl envs build`. `tirl eval --benchmark` gets its problems from this source, and scores them with
 `tirl.tasks.scoring.score_trajectory` as every evaluation does. Every item is a test item, in
 file order, and the split cycles; asking for a train item is a ConfigError: a benchmark trains
 nothing.
@@ -34,13 +35,14 @@ class BenchmarkSource:
     """Evaluation items of one benchmark (math or RACES)."""
 
     benchmark: str = setting(
-        doc="a benchmark name, a .jsonl/.parquet file, hf:<dataset>, races, or a RACES tasks file"
+        doc="a benchmark name, a .jsonl/.parquet file, hf:<dataset>, races, rg:<reasoning-gym"
+        " dataset> (e.g. rg:gsm_symbolic), or a RACES tasks file"
     )
     benchmark_dir: str | None = setting(
         None, doc="where benchmark names are looked up (default: $TIRL_BENCHMARK_DIR)"
     )
     races_n: int = setting(
-        200, ">= 1", "for benchmark races: how many RACES test tasks to build (seed 0)"
+        200, ">= 1", "for races and rg:<dataset>: how many test items to build (seed 0)"
     )
     name: str = field(default="benchmark", init=False, repr=False)
 
@@ -70,14 +72,18 @@ class BenchmarkSource:
         keeps the benchmark's own item id in `meta["item_id"]` and its category (the subject,
         or the RACES operator) in `meta["category"]`."""
         from tirl.tasks.benchmark_files import (
+            REASONING_GYM_PREFIX,
             is_benchmark_name,
             load_benchmark,
             load_races,
+            load_reasoning_gym,
             races_task,
         )
 
         if self.benchmark == "races":
             items = load_races(self.races_n)
+        elif self.benchmark.startswith(REASONING_GYM_PREFIX):
+            items = load_reasoning_gym(self.benchmark, self.races_n)
         elif is_benchmark_name(self.benchmark):
             items = load_benchmark(self.benchmark, self.benchmark_dir)
         else:
