@@ -153,3 +153,28 @@ def test_a_run_folder_of_a_tirl_before_locks_is_refused_too(train_run, tmp_path,
     (old / LOCK_NAME).unlink()  # config.yaml and metrics.jsonl still say what it is
     assert main(["eval", str(old / "code" / "sft"), *FAST, "--out", str(old / "e")]) == 2
     assert "`tirl train` folder" in _error(capsys)
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_the_benchmark_road_renders_prompts_as_training_does(chat, chat_model, tmp_path, capsys):
+    """--benchmark with a chat model: the problem in the chat template with the protocol's
+    system message (prompt.chat, as the config road and training); prompt.chat=false: the
+    benchmark's plain text prompt."""
+    from tirl.eval.benchmark_eval import MATH_PROMPT
+    from tirl.models.tiny import load_policy
+
+    bench = tmp_path / "sums.jsonl"
+    bench.write_text(json.dumps({"problem": "Compute 2 + 3.", "answer": "5"}) + "\n")
+    out = tmp_path / "out"
+    argv = ["eval", str(chat_model), "--benchmark", str(bench), "--out", str(out),
+            "--temperature", "0", "--max-tokens", "3", f"prompt.chat={str(chat).lower()}"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err[-2000:]
+    (record,) = [json.loads(ln) for ln in (out / "sums.samples.jsonl").open()]
+    prompt = record["trajectory"]["segments"][0]
+    tokenizer = load_policy(chat_model)[1]
+    if chat:
+        assert prompt["text"].startswith(f"{IM_START}system\n")
+        assert "Compute 2 + 3." in prompt["text"] and MATH_PROMPT[-20:] not in prompt["text"]
+    else:
+        want = MATH_PROMPT.format(problem="Compute 2 + 3.")
+        assert prompt["ids"] == tokenizer(want, add_special_tokens=False)["input_ids"]

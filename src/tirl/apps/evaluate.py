@@ -259,6 +259,23 @@ class _Recorder:
         return getattr(self.rollout, name)
 
 
+def _renderer(cfg, tokenizer):
+    """Prompts as training renders them: `prompt.chat` (null: the tokenizer's chat template
+    when it has one) and `prompt.system`, in the run's protocol."""
+    from tirl.tasks.prompts import PromptRenderer
+    from tirl.train.runtime import run_protocol
+
+    return PromptRenderer(
+        tokenizer, run_protocol(cfg), system=cfg.prompt.system, chat=cfg.prompt.chat
+    )
+
+
+def chat_prompt(renderer):
+    """A benchmark task's prompt ids in the chat template: the problem as the user turn (the
+    system message says how to run code and answer; a RACES task's prompt is its own)."""
+    return lambda task: renderer.prompt_ids(task.problem)
+
+
 def evaluate_sets(
     cfg, model, tokenizer, use_tools: bool, out: Path | None = None, title: str = "tirl eval"
 ) -> int:
@@ -270,14 +287,11 @@ def evaluate_sets(
     `viewer.html`; all of them written again by a rerun."""
     from tirl.eval.evaluate import evaluate_policy, first_failure
     from tirl.tasks import Mixture
-    from tirl.tasks.prompts import PromptRenderer
     from tirl.train.pipeline import eval_sets
-    from tirl.train.runtime import eval_settings, run_protocol
+    from tirl.train.runtime import eval_settings
 
     sets = eval_sets(cfg, Mixture.from_entries(cfg.data.train, "data.train", cfg.seed))
-    renderer = PromptRenderer(
-        tokenizer, run_protocol(cfg), system=cfg.prompt.system, chat=cfg.prompt.chat
-    )
+    renderer = _renderer(cfg, tokenizer)
     settings = eval_settings(cfg, use_tools=use_tools)
     variant = "code" if use_tools else "text"  # the names training gives the two
 
@@ -359,6 +373,8 @@ def eval_benchmarks(args, cfg, model, tokenizer, items) -> int:
     from tirl.train.runtime import rollout_settings
 
     k = 1 if args.temperature == 0 else args.k
+    renderer = _renderer(cfg, tokenizer)
+    prompt_of = chat_prompt(renderer) if renderer.chat else None  # None: plain text prompts
     settings = rollout_settings(
         cfg,
         not args.no_tools,
@@ -370,11 +386,12 @@ def eval_benchmarks(args, cfg, model, tokenizer, items) -> int:
 
     async def run() -> dict:
         results = {}
-        async with _eval_rollout(cfg, model, tokenizer, tokenizer.eos_token_id) as rollout:
+        async with _eval_rollout(cfg, model, tokenizer, renderer.eos_id) as rollout:
             for name, (its, source) in items.items():
                 records = await run_benchmark(
-                    rollout, name, its, settings, k, out_dir, source=source, seed=cfg.seed
-                )
+                    rollout, name, its, settings, k, out_dir, source=source, seed=cfg.seed,
+                    prompt_of=prompt_of,
+                )  # fmt: skip
                 results[name] = benchmark_metrics(records, k)
         return results
 

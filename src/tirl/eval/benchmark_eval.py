@@ -36,7 +36,7 @@ from __future__ import annotations
 import io
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -207,12 +207,15 @@ async def run_benchmark(
     progress: bool = True,
     source: str | None = None,
     seed: int = 0,
+    prompt_of: Callable[[Task], str | list[int]] | None = None,
 ) -> list[dict]:
     """Generate the missing samples of `tasks` (k each), score and append them to the samples
     file, and return the records of `tasks`, finished (resumed and new) and failed (in this
     run), in task order. Failed records of earlier runs are dropped from the file first (they
     are retried). Sampled, sample j of task i is seeded by `trajectory_seed(seed, i, j)`, so
-    a retried or resumed sample draws what it would have drawn in one run."""
+    a retried or resumed sample draws what it would have drawn in one run. `prompt_of(task)`
+    is a task's prompt (text, or ids: a chat template's); default `prompt_for`'s text."""
+    prompt_of = prompt_of or prompt_for
     path = samples_path(out_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     records = list(read_jsonl(path))
@@ -233,7 +236,7 @@ async def run_benchmark(
             sampled = settings.temperature > 0
             metas = [{"seed": trajectory_seed(seed, i, j)} for i, _, j in part] if sampled else None
             trajs = await rollout.run_many(
-                [prompt_for(t) for _, t, _ in part], settings, metas, progress=label
+                [prompt_of(t) for _, t, _ in part], settings, metas, progress=label
             )
             for (_, task, j), traj in zip(part, trajs):
                 rec = sample_record(name, task, j, traj, source)
