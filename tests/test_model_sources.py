@@ -10,6 +10,7 @@ SmolLM2 path is in tests/test_real_model.py.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -57,6 +58,11 @@ def test_a_gguf_file_converts_to_a_folder_that_computes_the_same_logits(llama, c
     assert loaded_tok.chat_template == tokenizer.chat_template
     assert loaded_tok.eos_token == "<|im_end|>"
     assert loaded.config.tie_word_embeddings and loaded_tok.model_max_length == 256
+    # transformers 4 reads the rotary base from its own key, transformers 5 from its new one
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["rope_theta"] == 50000.0 == saved["rope_parameters"]["rope_theta"]
+    tok_config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert tok_config["tokenizer_class"] == "PreTrainedTokenizerFast"
     # converted once: the folder is reused as it is, and an edited file is converted again
     before = (folder / "model.safetensors").stat().st_mtime_ns
     assert Path(model_folder(path)) == folder

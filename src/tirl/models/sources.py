@@ -173,8 +173,25 @@ def convert_gguf(gguf: Path, out: Path, record: dict) -> None:
         tokenizer.pad_token = tokenizer.eos_token
     from tirl.models.saved import save_policy  # torch: only once a model is converted
 
-    extra = {SOURCE_RECORD: json.dumps(record, indent=2), **_portable_tokenizer_config(tokenizer)}
+    extra = {
+        SOURCE_RECORD: json.dumps(record, indent=2),
+        **_portable_tokenizer_config(tokenizer),
+        **_portable_model_config(model),
+    }
     save_policy(model, tokenizer, out, extra=extra)
+
+
+def _portable_model_config(model) -> dict[str, str]:
+    """{"config.json": text} with the rotary base also under transformers 4's key: transformers
+    5 writes it inside `rope_parameters` only, which transformers 4 does not read, so it would
+    silently run the model with its default base (10,000 instead of SmolLM2's 100,000).
+    Empty where the config has nothing to add."""
+    config = json.loads(model.config.to_json_string(use_diff=True))
+    theta = (config.get("rope_parameters") or {}).get("rope_theta")
+    if theta is None or "rope_theta" in config:
+        return {}
+    config["rope_theta"] = theta
+    return {"config.json": json.dumps(config, indent=2, sort_keys=True) + "\n"}
 
 
 def _portable_tokenizer_config(tokenizer) -> dict[str, str]:
