@@ -233,6 +233,7 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("eval.saved_samples", 3, []),
     ("eval.every_rl_steps", 5, []),
     ("eval.max_failed_share", 0.1, []),
+    ("eval.base", True, []),
 ]
 
 # Keys no perturbation moves: refused when set (tests below) or, for rollout.engine, refused

@@ -395,6 +395,10 @@ MAPPING: dict[str, Row] = {
         " last step when test_freq > 0)",
     ),
     "eval.max_failed_share": _none("exit rule of `tirl eval`; verl fails on a failed request"),
+    "eval.base": _none(
+        "a phase of tirl's pipeline (the model before SFT); verl trains one model and"
+        " validates it before training (trainer.val_before_train)"
+    ),
 }
 
 # verl keys the translation sets whatever the tirl config says, and why.
