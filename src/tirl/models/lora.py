@@ -22,6 +22,7 @@ adapters.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import torch
 
@@ -41,7 +42,13 @@ def add_lora(
     config = LoraConfig(
         r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=modules, bias="none"
     )
-    return get_peft_model(model, config)
+    with warnings.catch_warnings():
+        # peft reads transformers' deprecated `is_gradient_checkpointing`: a FutureWarning on
+        # every run that the user can do nothing about
+        warnings.filterwarnings(
+            "ignore", message=".*is_gradient_checkpointing", category=FutureWarning
+        )
+        return get_peft_model(model, config)
 
 
 def is_lora(model: object) -> bool:
