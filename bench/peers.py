@@ -2,6 +2,11 @@
 
     python bench/peers.py [--quick] [--blocks 4] [--block 4] [--threads 1] [--model PATH]
                           [--out FILE] [--profile N] [--no-trl] [--no-tools] [--no-before]
+    python bench/peers.py --model smollm2-135m-instruct [--part sft,rl] [--blocks 3] ...
+
+`--model smollm2-135m-instruct` is the SmolLM2 mode (issue 42, `bench/peers_smollm2.py`):
+SFT tokens/s (full and LoRA, float32 and bfloat16) and the RL step against TRL on the real
+model, each contender in a process of its own. Everything below is the tiny-model mode.
 
 Contenders train the same policy on the same tasks, a block of RL steps at a time, their
 blocks interleaved (the order rotates every round) so that all see the same load on a shared
@@ -562,11 +567,32 @@ def make_trl_venv() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=4, help="measured blocks (after 1 warm-up)")
-    parser.add_argument("--block", type=int, default=4, help="RL steps per block")
+    parser.add_argument(
+        "--blocks", type=int, help="measured blocks (after 1 warm-up); default 4 (SmolLM2: 3)"
+    )
+    parser.add_argument("--block", type=int, help="steps per block; default 4 (SmolLM2: 1)")
     parser.add_argument("--quick", action="store_true", help="2 measured blocks of 3 steps")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, every contender")
-    parser.add_argument("--model", help="a saved tirl policy (default: the cached short SFT)")
+    parser.add_argument(
+        "--model",
+        help="a saved tirl policy (default: the cached short SFT), or smollm2-135m-instruct:"
+        " the SmolLM2 mode (bench/peers_smollm2.py)",
+    )
+    smollm2 = parser.add_argument_group("SmolLM2 mode (--model smollm2-135m-instruct)")
+    smollm2.add_argument(
+        "--part", default="sft,rl", help="sft, rl or both (default sft,rl: one run)"
+    )
+    smollm2.add_argument("--rl-blocks", type=int, default=2, help="RL blocks (no warm-up)")
+    smollm2.add_argument(
+        "--bf16-blocks", type=int, default=1, help="bfloat16 SFT blocks (no warm-up)"
+    )
+    smollm2.add_argument(
+        "--dtypes", default="float32,bfloat16", help="SFT dtypes (default float32,bfloat16)"
+    )
+    smollm2.add_argument(
+        "--trl-bf16", choices=("autocast", "weights"), default="autocast",
+        help="TRL's bfloat16: bf16=True around float32 weights (its default), or bf16 weights",
+    )  # fmt: skip
     parser.add_argument("--no-trl", action="store_true", help="tirl only")
     parser.add_argument("--no-tools", action="store_true", help="leave out tirl with tools")
     parser.add_argument(
@@ -584,6 +610,20 @@ def main() -> None:
     args = parser.parse_args()
     if args.make_trl_venv:
         return make_trl_venv()
+    if args.model == "smollm2-135m-instruct":
+        import peers_smollm2
+
+        args.blocks = 3 if args.blocks is None else args.blocks
+        args.block = 1 if args.block is None else args.block
+        args.part = {p.strip() for p in args.part.split(",")}
+        if not args.part or args.part - {"sft", "rl"}:
+            parser.error(f"--part {','.join(sorted(args.part))}: sft, rl or sft,rl")
+        args.dtypes = [d.strip() for d in args.dtypes.split(",")]
+        if not args.dtypes or set(args.dtypes) - {"float32", "bfloat16"}:
+            parser.error(f"--dtypes {','.join(args.dtypes)}: float32, bfloat16 or both")
+        return peers_smollm2.main(args)
+    args.blocks = 4 if args.blocks is None else args.blocks
+    args.block = 4 if args.block is None else args.block
     if args.quick:
         args.blocks, args.block = 2, 3
     if min(args.blocks, args.block, args.threads) < 1:

@@ -1,4 +1,5 @@
-"""TRL's GRPOTrainer, one RL step at a time, for `bench/peers.py` (run in TRL's own venv).
+"""TRL's GRPOTrainer (or SFTTrainer), one step at a time, for `bench/peers.py` (run in TRL's
+own venv).
 
     ~/.cache/tirl/trl-venv/bin/python bench/peers_trl.py SPEC_JSON
 
@@ -18,11 +19,23 @@ step, so the waits for the parent are never counted.
 Rewards are tirl's: each completion is scored by its own arithmetic task and paid as tirl's
 `rl.reward` pays (binary +1 / -1), so advantages see the same numbers. Not a place for
 general TRL use: it exists to time TRL fairly.
+
+The SmolLM2 mode of `bench/peers.py` (`bench/peers_smollm2.py`) adds to the spec: `chat` and
+`system` (conversational prompts, rendered by the model's chat template, checked to be tirl's
+ids), `lora` (peft adapters, TRL's `peft_config`), `tools` (TRL's own tool calling,
+`tools=[python]`; a trainer that refuses to build is reported as one `failed` record) and `bf16`
+(TRL's `bf16=True`). With `"mode": "sft"` it runs `SFTTrainer` instead (`sft_main`): the rows
+are tirl's demonstrations as token ids with tirl's loss mask as `assistant_masks`, in the order
+given, batch after batch, one optimizer step per `go`. Every step record carries the process's
+peak resident memory (`peak_rss_gb`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +53,66 @@ def wait_for_go() -> bool:
     return line.strip() == "go"
 
 
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far, in GB (Linux reports kB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+
+
+def trim_heap() -> None:
+    """Hand the heap memory freed since the step back to the OS (glibc's malloc_trim), so that
+    a contender waiting for its next block holds what it keeps, not its peak: the SmolLM2 mode
+    keeps two of them in memory at once. Called between steps, outside their clocks."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0] or type(exc).__name__
+
+
+def python(code: str) -> str:
+    """Run Python code and return what it prints.
+
+    Args:
+        code: The Python program to run.
+    """
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=5
+        )
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    return (done.stdout + done.stderr)[:128]
+
+
+def versions(spec: dict) -> dict:
+    names = ("trl", "transformers", "torch", "accelerate") + (("peft",) if spec.get("lora") else ())
+    return {name: __import__(name).__version__ for name in names}
+
+
+def lora_config(spec: dict):
+    """TRL's `peft_config` for tirl's `model.lora` (None without LoRA)."""
+    lora = spec.get("lora")
+    if not lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=lora["rank"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+        target_modules="all-linear" if lora["targets"] == ["all-linear"] else lora["targets"],
+        bias="none", task_type="CAUSAL_LM",
+    )  # fmt: skip
+
+
 def main(spec: dict) -> None:
+    if spec.get("mode") == "sft":
+        return sft_main(spec)
+    return grpo_main(spec)
+
+
+def grpo_main(spec: dict) -> None:
     import torch
 
     torch.set_num_threads(spec["threads"])
@@ -67,10 +139,12 @@ def main(spec: dict) -> None:
     first = spec["first_task"]
     n_tasks = spec["prompts_per_step"] * spec["total_steps"]
     tasks = [mixture.item("train", first + i) for i in range(n_tasks)]
-    dataset = Dataset.from_dict(
-        {"prompt": [spec["template"].format(problem=t.problem) for t in tasks],
-         "task_index": list(range(n_tasks))}
-    )  # fmt: skip
+    if spec.get("chat"):  # conversational prompts: TRL renders them with the chat template
+        system = [{"role": "system", "content": spec["system"]}] if spec.get("system") else []
+        prompts = [[*system, {"role": "user", "content": t.problem}] for t in tasks]
+    else:
+        prompts = [spec["template"].format(problem=t.problem) for t in tasks]
+    dataset = Dataset.from_dict({"prompt": prompts, "task_index": list(range(n_tasks))})
     reward_config = RLConfig(**spec["reward_config"])
     reward_of = configured_reward(reward_config.reward, reward_config.reward_kwargs())
 
@@ -78,6 +152,8 @@ def main(spec: dict) -> None:
         """tirl's reward of each completion, scored by its own task as tirl scores it."""
         rewards = []
         for text, ids, i in zip(completions, completion_ids, task_index):
+            if not isinstance(text, str):  # a conversation: the assistant message(s)
+                text = "".join(m.get("content") or "" for m in text)
             traj = Trajectory([Segment(SegmentKind.MODEL, list(ids), text)])
             score_trajectory(traj, tasks[i])
             rewards.append(float(reward_of(traj)))
@@ -88,7 +164,7 @@ def main(spec: dict) -> None:
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="tirl-peers-trl-"),
         use_cpu=True,
-        bf16=False,
+        bf16=bool(spec.get("bf16", False)),
         fp16=False,
         model_init_kwargs={"dtype": "float32"},
         gradient_checkpointing=False,
@@ -144,7 +220,10 @@ def main(spec: dict) -> None:
             if state.global_step % updates:
                 return
             step_s = time.perf_counter() - self.started
-            emit({"event": "step", "step": self.done, "step_s": step_s, **counters})
+            emit({
+                "event": "step", "step": self.done, "step_s": step_s, **counters,
+                "peak_rss_gb": peak_rss_gb(),
+            })  # fmt: skip
             self.done += 1
             if state.global_step < args.max_steps and not self.resume():
                 control.should_training_stop = True
@@ -168,15 +247,30 @@ def main(spec: dict) -> None:
             return out
 
     start = time.perf_counter()
-    trainer = TimedGRPOTrainer(
-        model=spec["model"],
-        reward_funcs=tirl_reward,
-        args=args,
-        train_dataset=dataset,
-        callbacks=[StepClock()],
-    )
+    try:
+        trainer = TimedGRPOTrainer(
+            model=spec["model"],
+            reward_funcs=tirl_reward,
+            args=args,
+            train_dataset=dataset,
+            callbacks=[StepClock()],
+            peft_config=lora_config(spec),
+            **({"tools": [python]} if spec.get("tools") else {}),
+        )
+    except Exception as exc:
+        if not spec.get("tools"):
+            raise
+        emit({"event": "failed", "error": f"{type(exc).__name__}: {first_line(exc)}",
+              "versions": versions(spec)})  # fmt: skip
+        return
     built_at = time.perf_counter()
-    first_prompt = trainer.processing_class(text=[dataset[0]["prompt"]])["input_ids"][0]
+    if spec.get("chat"):
+        out = trainer.processing_class.apply_chat_template(
+            dataset[0]["prompt"], add_generation_prompt=True, tokenize=True
+        )
+        first_prompt = out["input_ids"] if hasattr(out, "keys") else out
+    else:
+        first_prompt = trainer.processing_class(text=[dataset[0]["prompt"]])["input_ids"][0]
     if list(first_prompt) != spec["first_prompt_ids"]:
         raise SystemExit(
             "peers_trl: TRL tokenizes the prompt differently from tirl's renderer"
@@ -185,14 +279,130 @@ def main(spec: dict) -> None:
     a = trainer.args
     emit({
         "event": "built", "load_s": built_at - start, "threads": torch.get_num_threads(),
-        "versions": {name: __import__(name).__version__
-                     for name in ("trl", "transformers", "torch", "accelerate")},
+        "versions": versions(spec),
         "dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
+        "bf16": a.bf16, "peft": type(trainer.model).__name__,
         "args": {key: getattr(a, key) for key in (
             "generation_batch_size", "num_generations", "per_device_train_batch_size",
             "steps_per_generation", "gradient_accumulation_steps", "num_iterations",
             "max_completion_length", "temperature", "top_p", "top_k", "beta", "epsilon",
             "epsilon_high", "loss_type", "use_vllm", "gradient_checkpointing", "optim",
+        )},
+    })  # fmt: skip
+    trainer.train()
+    emit({"event": "end"})
+
+
+def sft_main(spec: dict) -> None:
+    """TRL's SFTTrainer on tirl's rows (`spec["rows"]`: input ids and tirl's loss mask, in
+    the order they are to be trained, `batch_size` a step): one optimizer step per `go`, each
+    reported with its seconds, its trained (label) tokens and its padded cells."""
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    from transformers import TrainerCallback
+    from transformers.utils import logging as hf_logging
+
+    try:
+        from datasets import Dataset
+        from trl import SFTConfig, SFTTrainer
+    except ImportError as exc:
+        emit({"event": "missing", "error": str(exc)})
+        return
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+    rows = spec["rows"]
+    dataset = Dataset.from_dict({
+        "input_ids": [r["input_ids"] for r in rows],
+        "assistant_masks": [r["loss_mask"] for r in rows],  # tirl's: the model's tokens only
+    })  # fmt: skip
+    batch = spec["batch_size"]
+    steps = len(rows) // batch
+    bf16 = spec.get("bf16")  # None (float32), "autocast" (bf16=True) or "weights"
+    args = SFTConfig(
+        output_dir=tempfile.mkdtemp(prefix="tirl-peers-trl-sft-"),
+        use_cpu=True,
+        bf16=bf16 == "autocast",
+        fp16=False,
+        model_init_kwargs={"dtype": "bfloat16" if bf16 == "weights" else "float32"},
+        gradient_checkpointing=False,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        learning_rate=spec["lr"],
+        lr_scheduler_type="constant",
+        weight_decay=spec["weight_decay"],
+        max_grad_norm=1.0,
+        max_length=spec["max_length"],
+        packing=False,
+        padding_free=False,
+        shuffle_dataset=False,
+        train_sampling_strategy="sequential",  # the rows in tirl's order, batch after batch
+        max_steps=steps,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=10**6,
+        dataloader_num_workers=0,
+        seed=spec["seed"],
+    )
+    counters = {"trained_tokens": 0, "cells": 0}
+
+    class TimedSFTTrainer(SFTTrainer):
+        """SFTTrainer counting the label tokens and padded cells of each step's batch."""
+
+        def compute_loss(self, model, inputs, *rest, **kwargs):
+            counters["trained_tokens"] += int((inputs["labels"][:, 1:] != -100).sum())
+            counters["cells"] += inputs["input_ids"].numel()
+            return super().compute_loss(model, inputs, *rest, **kwargs)
+
+    class StepClock(TrainerCallback):
+        def __init__(self) -> None:
+            self.started = 0.0
+            self.done = 0
+
+        def resume(self) -> bool:
+            if not wait_for_go():
+                return False
+            counters.update(trained_tokens=0, cells=0)
+            self.started = time.perf_counter()
+            return True
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            emit({"event": "ready", "build_s": time.perf_counter() - built_at})
+            if not self.resume():
+                control.should_training_stop = True
+
+        def on_step_end(self, args, state, control, **kwargs):
+            step_s = time.perf_counter() - self.started
+            emit({
+                "event": "step", "step": self.done, "step_s": step_s, **counters,
+                "peak_rss_gb": peak_rss_gb(),
+            })  # fmt: skip
+            trim_heap()
+            self.done += 1
+            if state.global_step < args.max_steps and not self.resume():
+                control.should_training_stop = True
+
+    start = time.perf_counter()
+    trainer = TimedSFTTrainer(
+        model=spec["model"], args=args, train_dataset=dataset, callbacks=[StepClock()],
+        peft_config=lora_config(spec),
+    )  # fmt: skip
+    built_at = time.perf_counter()
+    first = trainer.train_dataset[0]
+    if list(first["input_ids"]) != rows[0]["input_ids"]:
+        raise SystemExit("peers_trl: SFTTrainer changed the token ids of the first row")
+    a = trainer.args
+    emit({
+        "event": "built", "load_s": built_at - start, "threads": torch.get_num_threads(),
+        "versions": versions(spec),
+        "dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
+        "peft": type(trainer.model).__name__,
+        "trainable": sum(p.numel() for p in trainer.model.parameters() if p.requires_grad),
+        "args": {key: getattr(a, key) for key in (
+            "bf16", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length",
+            "learning_rate", "lr_scheduler_type", "max_grad_norm", "weight_decay", "optim",
+            "gradient_checkpointing", "packing", "padding_free", "train_sampling_strategy",
         )},
     })  # fmt: skip
     trainer.train()

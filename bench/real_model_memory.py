@@ -1,15 +1,16 @@
 """Where a real model's memory goes in `tirl train`, part by part (issue 42).
 
     python bench/real_model_memory.py [--model smollm2-135m-instruct] [--lora 16] [--rows 32]
-                                      [--checkpointing] [--micro-batch-tokens 2048]
+                                      [--checkpointing] [--sft-passes 2] [--micro-batch-tokens 512]
                                       [--out FILE]
 
 One process does what one variant of `tirl quickstart --model ...` does, in order, and after
 each part prints the process's resident memory (RSS) and its peak so far: the model loaded;
 LoRA's adapters (or, with `--lora 0`, full fine-tuning); the plain copy the engine samples
-under LoRA; an SFT step of 8 demonstrations with AdamW; the HF engine sampling `--rows` chat
-prompts of the arithmetic source for 64 tokens (its slot KV cache); an RL update of those rows
-(two minibatches, passes of at most `--micro-batch-tokens` tokens). RSS is what the kernel
+under LoRA; an SFT step of 8 demonstrations with AdamW (in `--sft-passes` passes); the HF
+engine sampling `--rows` chat prompts of the arithmetic source for 64 tokens (its slot KV
+cache); an RL update of those rows (two minibatches, passes of at most `--micro-batch-tokens`
+tokens). The defaults are the `real_model` preset's. RSS is what the kernel
 counts, allocator caches included: the figure a user sees in `top`, not a tensor census.
 """
 
@@ -63,7 +64,10 @@ def main() -> None:
     p.add_argument("--lora", type=int, default=16, help="adapter rank; 0: full fine-tuning")
     p.add_argument("--rows", type=int, default=32, help="rollouts sampled and trained on")
     p.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
-    p.add_argument("--micro-batch-tokens", type=int, default=2048, help="RL's pass size")
+    p.add_argument("--sft-passes", type=int, default=2, help="SFT micro-batches (preset: 2)")
+    p.add_argument(
+        "--micro-batch-tokens", type=int, default=512, help="RL's pass size (preset: 512)"
+    )
     p.add_argument("--out", help="also write the rows as JSON")
     args = p.parse_args()
     torch.manual_seed(0)
@@ -99,7 +103,7 @@ def main() -> None:
         demos.append(demo_trajectory(renderer, task.problem, parts, [task.answer], {}))
     optimizer = torch.optim.AdamW(trainable_parameters(model), lr=1e-4)
     model.train()
-    sft_backward(model, demos, tokenizer.pad_token_id, True, 1, torch.device("cpu"))
+    sft_backward(model, demos, tokenizer.pad_token_id, True, args.sft_passes, torch.device("cpu"))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     model.eval()
@@ -123,7 +127,9 @@ def main() -> None:
     trajs = asyncio.run(sample())
     for i, traj in enumerate(trajs):  # mixed rewards (only memory is measured here)
         traj.score = Score(float(i % 2), bool(i % 2))
-    cfg = RLConfig(micro_batch_tokens=args.micro_batch_tokens, updates_per_step=2, old_logprobs="trainer")
+    cfg = RLConfig(
+        micro_batch_tokens=args.micro_batch_tokens, updates_per_step=2, old_logprobs="trainer"
+    )
     trainer = RLTrainer(model, None, None, cfg, pad_id=tokenizer.pad_token_id, use_tools=True)
     trainer.update(trajs, max_tokens=64)
     mark(f"an RL update of {len(trajs)} rows")
