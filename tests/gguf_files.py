@@ -53,7 +53,9 @@ def tiny_llama(seed: int = 0):
 
 def _rotary_interleave(w: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's q/k row order: within each head, the two rotary halves interleaved."""
-    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+    return (
+        w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+    )
 
 
 def write_gguf(model, tokenizer, path: Path, quant: str = "F32", arch: str = "llama") -> None:
@@ -136,6 +138,8 @@ def write_wheel(folder: Path, package: str, version: str, member: str, payload: 
     with zipfile.ZipFile(wheel, "w") as z:
         z.write(payload, member)
         z.writestr(f"{info}/METADATA", metadata)
-        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         z.writestr(f"{info}/RECORD", "")
     return wheel

@@ -217,5 +217,7 @@ def test_a_gguf_without_its_packages_names_the_extra(llama, tmp_path, monkeypatc
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a)
     )
-    with pytest.raises(ConfigError, match=r"needs the package\(s\) gguf: pip install 'tirl\[gguf\]'"):
+    with pytest.raises(
+        ConfigError, match=r"needs the package\(s\) gguf: pip install 'tirl\[gguf\]'"
+    ):
         model_folder(path)

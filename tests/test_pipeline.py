@@ -254,9 +254,7 @@ def test_every_recipe_loads_once_its_placeholder_paths_are_set(recipe, tmp_path,
     assert main(["config", str(path), *overrides]) == 0, capsys.readouterr().err
 
 
-def test_eval_base_evaluates_the_loaded_model_before_sft_and_pairs_every_phase(
-    tmp_path, capsys
-):
+def test_eval_base_evaluates_the_loaded_model_before_sft_and_pairs_every_phase(tmp_path, capsys):
     argv = ["train", f"out_dir={tmp_path}", "name=base", *SMALL, "variants=[code, text]",
             "data.eval=[{name: heldout, items: 3}]", "eval.base=true", "rl.steps=1"]  # fmt: skip
     assert main(argv) == 0, capsys.readouterr().err[-2000:]

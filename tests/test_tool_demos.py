@@ -274,9 +274,7 @@ def test_synth_reads_a_teachers_shell_blocks_only_when_the_run_enables_shell(
     lines = (out / "trajectories.jsonl").read_text().splitlines()
     if "shell" not in tools:
         assert lines == []
-        assert rejections(out) == {
-            ("format", "a shell block, a tool this run does not enable"): 1
-        }
+        assert rejections(out) == {("format", "a shell block, a tool this run does not enable"): 1}
         return
     (record,) = map(json.loads, lines)
     assert "<bash>\necho $(( $(cat n.txt) + 1 ))\n</bash>" in record["text"]

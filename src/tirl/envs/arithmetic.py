@@ -95,4 +95,3 @@ class ArithmeticEnv:
         while True:
             yield self.item(split, index)
             index += 1
-

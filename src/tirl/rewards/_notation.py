@@ -36,9 +36,7 @@ _RATIONAL = re.compile(r"Rational\(\s*([+-]?\d+)\s*,\s*([+-]?\d+)\s*\)")
 _EXP = re.compile(r"(?<![\\A-Za-z_])exp\(")
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
 # `0.(3)`, `1.2(34)`, `0.\overline{3}`, `0.8\overline{3}`, `0.\dot{3}`, `0.1\dot{6}`
-_REPEATING = re.compile(
-    r"([+-]?)(\d*)\.(\d*)(?:\((\d+)\)|\\overline\{(\d+)\}|\\dot\{?(\d)\}?)"
-)
+_REPEATING = re.compile(r"([+-]?)(\d*)\.(\d*)(?:\((\d+)\)|\\overline\{(\d+)\}|\\dot\{?(\d)\}?)")
 
 
 def from_code_notation(s: str) -> str:

@@ -419,7 +419,9 @@ def export_tasks(
     if isinstance(config, (str, Path)):
         cfg = run_config(config, overrides)
         settings = PromptSettings(
-            _protocol(protocol or cfg.protocol.name, cfg.protocol.boundary), cfg.prompt.chat, cfg.prompt.system
+            _protocol(protocol or cfg.protocol.name, cfg.protocol.boundary),
+            cfg.prompt.chat,
+            cfg.prompt.system,
         )
         sets = config_task_sets(cfg, split, n, start)
     else:
