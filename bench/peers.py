@@ -312,15 +312,19 @@ class TrlMissing(TrlFailed):
     """TRL is not importable in its venv."""
 
 
-class TrlSide:
-    """TRL's GRPOTrainer in its venv (`bench/peers_trl.py`), one RL step per `step()`."""
+class TrlRefused(TrlFailed):
+    """The contender could not be built; it said why in a `failed` record."""
 
-    def __init__(self, spec: dict, log_path: Path) -> None:
+
+class SideProcess:
+    """A contender in a process of its own, stepped by `go` lines: it prints `PEERS {json}`
+    records (`built`, `ready`, then one `step` per `go`; `failed` or `missing` instead)."""
+
+    def __init__(self, command: list[str], log_path: Path) -> None:
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
-            [str(TRL_VENV / "bin" / "python"), str(TRL_SCRIPT), json.dumps(spec)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
             env={**os.environ, "TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"},
         )  # fmt: skip
         self.info = self.read("built")
@@ -330,24 +334,20 @@ class TrlSide:
         for line in self.proc.stdout:
             if line.startswith("PEERS "):
                 record = json.loads(line[len("PEERS ") :])
+                if record["event"] == "failed":
+                    self.info = record
+                    raise TrlRefused(record["error"])
                 if record["event"] == "missing":
                     raise TrlMissing(record["error"])
                 if record["event"] == event:
                     return record
         tail = self.log_path.read_text().strip().splitlines()[-1:] or ["no output"]
-        raise TrlFailed(f"the TRL side stopped (its log: {self.log_path}): {tail[0]}")
+        raise TrlFailed(f"a contender stopped (its log: {self.log_path}): {tail[0]}")
 
     async def step(self, ops: None = None) -> dict:
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
-        r = await asyncio.to_thread(self.read, "step")
-        return {
-            "step_s": r["step_s"],
-            "sample_s": r["generate_s"],
-            "score_s": r["generate_and_score_s"] - r["generate_s"],
-            "update_s": r["step_s"] - r["generate_and_score_s"],
-            "sampled_tokens": r["sampled_tokens"],
-        }
+        return await asyncio.to_thread(self.read, "step")
 
     async def close(self) -> None:
         if self.proc.poll() is None:
@@ -361,6 +361,24 @@ class TrlSide:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.log.close()
+
+
+class TrlSide(SideProcess):
+    """TRL's GRPOTrainer in its venv (`bench/peers_trl.py`), one RL step per `step()`."""
+
+    def __init__(self, spec: dict, log_path: Path) -> None:
+        command = [str(TRL_VENV / "bin" / "python"), str(TRL_SCRIPT), json.dumps(spec)]
+        super().__init__(command, log_path)
+
+    async def step(self, ops: None = None) -> dict:
+        r = await super().step()
+        return {
+            "step_s": r["step_s"],
+            "sample_s": r["generate_s"],
+            "score_s": r["generate_and_score_s"] - r["generate_s"],
+            "update_s": r["step_s"] - r["generate_and_score_s"],
+            "sampled_tokens": r["sampled_tokens"],
+        }
 
 
 def start_trl(spec: dict, log_path: Path) -> TrlSide | None:

@@ -56,7 +56,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -100,51 +99,14 @@ def sft_groups(args) -> list[dict]:
 
 
 # ---------------------------------------------------------------------- workers
-class Refused(peers.TrlFailed):
-    """The contender could not be built (its `failed` record says why)."""
-
-
-class Worker(peers.TrlSide):
-    """A contender in a process of its own, stepped by `go` lines (peers_trl.py's protocol)."""
-
-    def __init__(self, command: list[str], log_path: Path) -> None:
-        self.log_path = log_path
-        self.log = open(log_path, "w")
-        self.proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-            env={**os.environ, "TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"},
-        )  # fmt: skip
-        self.info = self.read("built")
-        self.info.update(self.read("ready"))
-
-    def read(self, event: str) -> dict:
-        for line in self.proc.stdout:
-            if line.startswith("PEERS "):
-                record = json.loads(line[len("PEERS ") :])
-                if record["event"] == "failed":
-                    self.info = record
-                    raise Refused(record["error"])
-                if record["event"] == "missing":
-                    raise peers.TrlMissing(record["error"])
-                if record["event"] == event:
-                    return record
-        tail = self.log_path.read_text().strip().splitlines()[-1:] or ["no output"]
-        raise peers.TrlFailed(f"a contender stopped (its log: {self.log_path}): {tail[0]}")
-
-    async def step(self, ops: None = None) -> dict:
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-        return await asyncio.to_thread(self.read, "step")
-
-
-def tirl_worker(spec: dict, log_path: Path) -> Worker:
+def tirl_worker(spec: dict, log_path: Path) -> peers.SideProcess:
     command = [sys.executable, str(Path(__file__)), "--worker", json.dumps(spec)]
-    return Worker(command, log_path)
+    return peers.SideProcess(command, log_path)
 
 
-def trl_worker(spec: dict, log_path: Path) -> Worker:
+def trl_worker(spec: dict, log_path: Path) -> peers.SideProcess:
     command = [str(peers.TRL_VENV / "bin" / "python"), str(peers.TRL_SCRIPT), json.dumps(spec)]
-    return Worker(command, log_path)
+    return peers.SideProcess(command, log_path)
 
 
 def emit(record: dict) -> None:
@@ -316,7 +278,7 @@ async def rl_makers(args, cfg, out: dict, tmp: Path) -> dict:
         return spec
 
     def tirl(tools: bool):
-        def make(k: int) -> Worker:
+        def make(k: int) -> peers.SideProcess:
             first = cfg.sft.examples + k * per_block
             overrides = [*base_overrides(args.threads), f"sft.examples={first}"]
             spec = {"part": RL, "overrides": overrides, "tools": tools}
@@ -329,7 +291,7 @@ async def rl_makers(args, cfg, out: dict, tmp: Path) -> dict:
     if not args.no_trl and not args.no_tools:  # TRL's own tool calling, where it builds
         try:
             side = start_trl(lambda: trl_worker(trl_spec(0, tools=True), log))
-        except Refused as exc:
+        except peers.TrlRefused as exc:
             side = None
             out["trl_tools"] = str(exc)
             print(f"TRL GRPOTrainer with tools: not run: {exc}", flush=True)
@@ -349,15 +311,15 @@ async def rl_makers(args, cfg, out: dict, tmp: Path) -> dict:
     return makers
 
 
-def start_trl(make) -> Worker | None:
+def start_trl(make) -> peers.SideProcess | None:
     """A TRL contender, or None with a one-line note saying why it is left out (a trainer
-    TRL refuses to build is `Refused`, for the caller to report)."""
+    TRL refuses to build is `peers.TrlRefused`, for the caller to report)."""
     if not (peers.TRL_VENV / "bin" / "python").is_file():
         print(peers.TRL_HINT, flush=True)
         return None
     try:
         return make()
-    except Refused:
+    except peers.TrlRefused:
         raise
     except peers.TrlMissing:
         print(peers.TRL_HINT, flush=True)

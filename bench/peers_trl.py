@@ -106,6 +106,46 @@ def lora_config(spec: dict):
     )  # fmt: skip
 
 
+def step_clock(counters: dict, every: int, built: dict, trim: bool):
+    """A TrainerCallback that, every `every` optimizer steps, reports the step just done
+    (seconds, `counters`, peak RSS) and waits for the parent's `go` before the next one starts
+    (`counters` zeroed). `built["at"]`: when the trainer was built, set once it is."""
+    from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def __init__(self) -> None:
+            self.started = 0.0
+            self.done = 0
+
+        def resume(self) -> bool:
+            if not wait_for_go():
+                return False
+            counters.update(dict.fromkeys(counters, 0))
+            self.started = time.perf_counter()
+            return True
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            emit({"event": "ready", "build_s": time.perf_counter() - built["at"]})
+            if not self.resume():
+                control.should_training_stop = True
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % every:
+                return
+            step_s = time.perf_counter() - self.started
+            emit({
+                "event": "step", "step": self.done, "step_s": step_s, **counters,
+                "peak_rss_gb": peak_rss_gb(),
+            })  # fmt: skip
+            if trim:
+                trim_heap()
+            self.done += 1
+            if state.global_step < args.max_steps and not self.resume():
+                control.should_training_stop = True
+
+    return StepClock()
+
+
 def main(spec: dict) -> None:
     if spec.get("mode") == "sft":
         return sft_main(spec)
@@ -116,7 +156,6 @@ def grpo_main(spec: dict) -> None:
     import torch
 
     torch.set_num_threads(spec["threads"])
-    from transformers import TrainerCallback
     from transformers.utils import logging as hf_logging
 
     try:  # both come with `pip install trl`
@@ -196,38 +235,6 @@ def grpo_main(spec: dict) -> None:
         use_vllm=False,
     )
 
-    class StepClock(TrainerCallback):
-        """At each RL-step boundary (every `updates` optimizer steps): report the step just
-        done, then wait for the parent's `go` before the next one starts."""
-
-        def __init__(self) -> None:
-            self.started = 0.0
-            self.done = 0
-
-        def resume(self) -> bool:
-            if not wait_for_go():
-                return False
-            counters.update(generate_s=0.0, generate_and_score_s=0.0, sampled_tokens=0)
-            self.started = time.perf_counter()
-            return True
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            emit({"event": "ready", "build_s": time.perf_counter() - built_at})
-            if not self.resume():
-                control.should_training_stop = True
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step % updates:
-                return
-            step_s = time.perf_counter() - self.started
-            emit({
-                "event": "step", "step": self.done, "step_s": step_s, **counters,
-                "peak_rss_gb": peak_rss_gb(),
-            })  # fmt: skip
-            self.done += 1
-            if state.global_step < args.max_steps and not self.resume():
-                control.should_training_stop = True
-
     counters = {"generate_s": 0.0, "generate_and_score_s": 0.0, "sampled_tokens": 0}
 
     class TimedGRPOTrainer(GRPOTrainer):
@@ -246,14 +253,14 @@ def grpo_main(spec: dict) -> None:
             counters["generate_and_score_s"] += time.perf_counter() - start
             return out
 
-    start = time.perf_counter()
+    start, built = time.perf_counter(), {}
     try:
         trainer = TimedGRPOTrainer(
             model=spec["model"],
             reward_funcs=tirl_reward,
             args=args,
             train_dataset=dataset,
-            callbacks=[StepClock()],
+            callbacks=[step_clock(counters, updates, built, trim=False)],
             peft_config=lora_config(spec),
             **({"tools": [python]} if spec.get("tools") else {}),
         )
@@ -263,7 +270,7 @@ def grpo_main(spec: dict) -> None:
         emit({"event": "failed", "error": f"{type(exc).__name__}: {first_line(exc)}",
               "versions": versions(spec)})  # fmt: skip
         return
-    built_at = time.perf_counter()
+    built_at = built["at"] = time.perf_counter()
     if spec.get("chat"):
         out = trainer.processing_class.apply_chat_template(
             dataset[0]["prompt"], add_generation_prompt=True, tokenize=True
@@ -300,7 +307,6 @@ def sft_main(spec: dict) -> None:
     import torch
 
     torch.set_num_threads(spec["threads"])
-    from transformers import TrainerCallback
     from transformers.utils import logging as hf_logging
 
     try:
@@ -355,40 +361,12 @@ def sft_main(spec: dict) -> None:
             counters["cells"] += inputs["input_ids"].numel()
             return super().compute_loss(model, inputs, *rest, **kwargs)
 
-    class StepClock(TrainerCallback):
-        def __init__(self) -> None:
-            self.started = 0.0
-            self.done = 0
-
-        def resume(self) -> bool:
-            if not wait_for_go():
-                return False
-            counters.update(trained_tokens=0, cells=0)
-            self.started = time.perf_counter()
-            return True
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            emit({"event": "ready", "build_s": time.perf_counter() - built_at})
-            if not self.resume():
-                control.should_training_stop = True
-
-        def on_step_end(self, args, state, control, **kwargs):
-            step_s = time.perf_counter() - self.started
-            emit({
-                "event": "step", "step": self.done, "step_s": step_s, **counters,
-                "peak_rss_gb": peak_rss_gb(),
-            })  # fmt: skip
-            trim_heap()
-            self.done += 1
-            if state.global_step < args.max_steps and not self.resume():
-                control.should_training_stop = True
-
-    start = time.perf_counter()
+    start, built = time.perf_counter(), {}
     trainer = TimedSFTTrainer(
-        model=spec["model"], args=args, train_dataset=dataset, callbacks=[StepClock()],
-        peft_config=lora_config(spec),
+        model=spec["model"], args=args, train_dataset=dataset,
+        callbacks=[step_clock(counters, 1, built, trim=True)], peft_config=lora_config(spec),
     )  # fmt: skip
-    built_at = time.perf_counter()
+    built_at = built["at"] = time.perf_counter()
     first = trainer.train_dataset[0]
     if list(first["input_ids"]) != rows[0]["input_ids"]:
         raise SystemExit("peers_trl: SFTTrainer changed the token ids of the first row")
