@@ -4,9 +4,13 @@ or dying child stops the run with its reason."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -42,6 +46,48 @@ def test_a_failing_child_stops_the_others_and_its_error_is_raised():
 def test_a_child_that_dies_is_named():
     with pytest.raises(ChildDied, match="variant text: .*exit code 3"):
         run_apart(square_or_fail, [(2,), (0,)], ["variant code", "variant text"])
+
+
+def test_children_die_with_a_parent_killed_outright(tmp_path):
+    """kill -9 of the parent runs none of its clean-up: the children end all the same."""
+    here = Path(__file__).parent
+    code = (
+        f"import sys; sys.path.insert(0, {str(here)!r})\n"
+        "from test_apart import square_or_fail\n"
+        "from tirl.train.apart import run_apart\n"
+        "if __name__ == '__main__':\n"
+        "    run_apart(square_or_fail, [(1000,), (2000,)], ['a', 'b'])\n"
+    )
+    script = tmp_path / "parent.py"
+    script.write_text(code)
+    parent = subprocess.Popen([sys.executable, str(script)])
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(children) < 2 and time.monotonic() < deadline:  # both spawned
+            time.sleep(0.2)
+            out = subprocess.run(
+                ["ps", "-o", "pid=,args=", "--ppid", str(parent.pid)],
+                capture_output=True, text=True,
+            ).stdout  # fmt: skip
+            # the job processes, not multiprocessing's resource tracker
+            children = [int(ln.split()[0]) for ln in out.splitlines() if "spawn_main" in ln]
+        assert len(children) == 2, out
+        time.sleep(2)  # past the start of each child's `_child`
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 30
+        alive = children
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.2)
+            alive = [pid for pid in children if os.path.exists(f"/proc/{pid}")]
+        assert alive == []
+    finally:  # nothing of this test outlives it, whatever failed
+        parent.kill()
+        parent.wait()
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_parallel_variants_apply_on_the_cpu_only_and_without_wandb():
