@@ -67,10 +67,11 @@ def test_children_die_with_a_parent_killed_outright(tmp_path):
         while len(children) < 2 and time.monotonic() < deadline:  # both spawned
             time.sleep(0.2)
             out = subprocess.run(
-                ["ps", "-o", "pid=,args=", "--ppid", str(parent.pid)],
+                ["ps", "-ww", "-o", "pid=,args=", "--ppid", str(parent.pid)],
                 capture_output=True, text=True,
             ).stdout  # fmt: skip
-            # the job processes, not multiprocessing's resource tracker
+            # the job processes, not multiprocessing's resource tracker; -ww: a long
+            # interpreter path must not cut the command line short
             children = [int(ln.split()[0]) for ln in out.splitlines() if "spawn_main" in ln]
         assert len(children) == 2, out
         time.sleep(2)  # past the start of each child's `_child`
