@@ -142,3 +142,95 @@ def test_the_command_line_reports_a_broken_plugin_without_a_traceback(tmp_path):
     done = _tirl(sys.executable, "config", str(tmp_path / "run.yaml"), log=tmp_path / "n")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "plugins[0]" in done.stderr and "cannot load: TypeError" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("import sys\nsys.exit(0)\n", "cannot load: SystemExit: the plugin exited (sys.exit(0))"),
+        ("raise GeneratorExit\n", "cannot load: GeneratorExit"),
+        ("raise BaseException('odd')\n", "cannot load: BaseException: odd"),
+    ],
+)
+def test_a_plugin_that_exits_or_raises_a_base_exception_is_one_line(tmp_path, body, expected):
+    (tmp_path / "exits.py").write_text(body)
+    with pytest.raises(ConfigError) as err:
+        load_plugins(["exits.py"], tmp_path)
+    assert "plugins[0]" in str(err.value) and expected in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_plugin_interrupted_by_ctrl_c_is_still_an_interrupt(tmp_path):
+    (tmp_path / "slow.py").write_text("raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        load_plugins(["slow.py"], tmp_path)
+
+
+def test_a_plugin_that_calls_sys_exit_0_cannot_fake_a_finished_train(tmp_path):
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(0)\n")
+    (tmp_path / "run.yaml").write_text("plugins: [exits.py]\n")
+    done = _tirl(sys.executable, "train", str(tmp_path / "run.yaml"), f"out_dir={tmp_path}",
+                 log=tmp_path / "n", timeout=120)  # fmt: skip
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stderr.count("\n") == 1 and "plugins[0]" in done.stderr, done.stderr
+    assert "SystemExit" in done.stderr and not (tmp_path / "quickstart").exists()
+
+
+@pytest.fixture
+def installed_plugin(tmp_path, monkeypatch):
+    """An entry point of the `tirl.plugins` group naming the module `tirl_fake_plugin` in
+    tmp_path (whose body the test writes), seen by this process's next `load_installed`."""
+    import importlib.metadata
+
+    import tirl.plugins
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(tirl.plugins, "_installed_loaded", False)
+    monkeypatch.delitem(sys.modules, "tirl_fake_plugin", raising=False)
+    point = importlib.metadata.EntryPoint("fake", "tirl_fake_plugin", "tirl.plugins")
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [point])
+    return tmp_path / "tirl_fake_plugin.py"
+
+
+def test_an_installed_plugin_that_exits_names_the_switch_that_skips_it(installed_plugin):
+    from tirl.plugins import load_installed
+
+    installed_plugin.write_text("raise SystemExit(3)\n")
+    with pytest.raises(ConfigError) as err:
+        load_installed()
+    message = str(err.value)
+    assert "plugin 'fake'" in message and "SystemExit" in message, message
+    assert f"{AUTOLOAD_ENV}=0" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("value", ["0", "false", "FALSE", "No", "off", " off "])
+def test_every_usual_spelling_of_false_switches_autoload_off(installed_plugin, monkeypatch, value):
+    from tirl.plugins import load_installed
+
+    installed_plugin.write_text("raise RuntimeError('must not be imported')\n")
+    monkeypatch.setenv(AUTOLOAD_ENV, value)
+    load_installed()  # nothing imported, so nothing raised
+
+
+@pytest.mark.parametrize("value", ["1", "true", "Yes", "ON", ""])
+def test_every_usual_spelling_of_true_loads_installed_plugins(installed_plugin, monkeypatch, value):
+    from tirl.plugins import load_installed
+
+    installed_plugin.write_text("raise RuntimeError('imported')\n")
+    monkeypatch.setenv(AUTOLOAD_ENV, value)
+    with pytest.raises(ConfigError, match="imported"):
+        load_installed()
+
+
+@pytest.mark.parametrize("value", ["nope", "2", "disable"])
+def test_an_unknown_autoload_value_is_refused_in_one_line_naming_the_variable(
+    installed_plugin, monkeypatch, value
+):
+    from tirl.plugins import load_installed
+
+    installed_plugin.write_text("")
+    monkeypatch.setenv(AUTOLOAD_ENV, value)
+    with pytest.raises(ConfigError) as err:
+        load_installed()
+    assert AUTOLOAD_ENV in str(err.value) and repr(value) in str(err.value)
+    assert "\n" not in str(err.value)

@@ -9,11 +9,13 @@ places, both before a config is checked, so a config may name what a plugin regi
 - the `tirl.plugins` entry-point group of every installed distribution, loaded the first time
   any registry is read or a config is loaded, so an installed plugin works in every command,
   in a verl worker and from Python alike. An entry point names a module, or a function that
-  is called once with no arguments. `TIRL_PLUGINS_AUTOLOAD=0` turns this off (pytest's
-  switch for the same thing is PYTEST_DISABLE_PLUGIN_AUTOLOAD).
+  is called once with no arguments. `TIRL_PLUGINS_AUTOLOAD=0` (or false, no, off) turns this
+  off (pytest's switch for the same thing is PYTEST_DISABLE_PLUGIN_AUTOLOAD).
 
 A plugin that cannot be imported is a one-line `ConfigError` naming it and why, never a
-traceback; a plugin is imported once per process, however often it is named.
+traceback, and so is one that exits (`sys.exit(0)` must not pass for a finished command) or
+raises any other BaseException; only KeyboardInterrupt goes on, as the user's Ctrl-C. A plugin
+is imported once per process, however often it is named.
 """
 
 from __future__ import annotations
@@ -30,21 +32,40 @@ from tirl.errors import ConfigError
 
 ENTRY_POINT_GROUP = "tirl.plugins"
 AUTOLOAD_ENV = "TIRL_PLUGINS_AUTOLOAD"
+_SKIP_HINT = f"{AUTOLOAD_ENV}=0 skips installed plugins"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 _installed_loaded = False
+
+
+def autoload_enabled() -> bool:
+    """Whether $TIRL_PLUGINS_AUTOLOAD lets installed plugins load (unset or empty: yes). Any
+    usual spelling of true or false counts; anything else is refused rather than read as
+    "on", since a user who wrote `nope` meant to switch them off."""
+    raw = os.environ.get(AUTOLOAD_ENV, "")
+    value = raw.strip().lower()
+    if value in ("", *_TRUE):
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(
+        f"{AUTOLOAD_ENV}={raw!r} must be one of {', '.join(_TRUE)} (load installed plugins) "
+        f"or {', '.join(_FALSE)} (skip them)"
+    )
 
 
 def load_installed() -> None:
     """Import every `tirl.plugins` entry point (once per process)."""
     global _installed_loaded
-    if _installed_loaded or os.environ.get(AUTOLOAD_ENV, "1") == "0":
+    if _installed_loaded or not autoload_enabled():
         return
     _installed_loaded = True  # first: a plugin that reads a registry must not load us again
     for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         where = f"plugin {point.name!r} ({point.value}, entry point group {ENTRY_POINT_GROUP})"
-        loaded = _guarded(where, point.load)
+        loaded = _guarded(where, point.load, hint=_SKIP_HINT)
         if callable(loaded):
-            _guarded(where, loaded)
+            _guarded(where, loaded, hint=_SKIP_HINT)
 
 
 def load_plugins(names: object, base_dir: Path | None = None, key: str = "plugins") -> list[str]:
@@ -91,12 +112,21 @@ def _import_file(path: Path) -> None:
         raise
 
 
-def _guarded(where: str, load, key: str | None = None):
-    """`load()`, with any failure turned into one line naming the plugin."""
+def _guarded(where: str, load, key: str | None = None, hint: str = ""):
+    """`load()`, with any failure turned into one line naming the plugin (and `hint`, how to
+    do without it). BaseException too: a plugin's `sys.exit(0)` would otherwise end the
+    command with success and no output, and a GeneratorExit would be a traceback. Only the
+    user's Ctrl-C (KeyboardInterrupt) goes on as itself."""
+    after = f" ({hint})" if hint else ""
     try:
         return load()
+    except KeyboardInterrupt:
+        raise
     except ConfigError as e:
-        raise ConfigError(f"{where}: {e}", key) from None
-    except Exception as e:  # a plugin's own bug: say which plugin and what, not a traceback
+        raise ConfigError(f"{where}: {e}{after}", key) from None
+    except BaseException as e:  # a plugin's own bug: say which plugin and what, not a traceback
         text = " ".join(str(e).split()) or type(e).__name__
-        raise ConfigError(f"{where}: cannot load: {type(e).__name__}: {text}", key) from None
+        if isinstance(e, SystemExit):
+            text = f"the plugin exited (sys.exit({e.code!r}))"
+        message = f"{where}: cannot load: {type(e).__name__}: {text}{after}"
+        raise ConfigError(message, key) from None
