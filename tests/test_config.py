@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tirl.config import (
+    MAX_CONFIG_BYTES,
     ConfigError,
     apply_overrides,
     dump_yaml,
@@ -184,6 +185,66 @@ def test_apply_overrides_leaves_its_input_alone():
 def test_invalid_yaml_names_the_file_and_line(tmp_path):
     path = write(tmp_path, "name: a\nrl:\n  lr: [1, 2\n")
     assert error_of(path).startswith(f"{path}:4: invalid YAML: ")
+
+
+DEEP = "[" * 3000 + "]" * 3000  # a RecursionError of ~3,000 lines before the limit
+LONG = "1" * 5000  # past Python's int("...") limit (4,300 digits): a ValueError before
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (DEEP, "nested deeper than 100 levels, the limit"),
+        (LONG, "an integer longer than 100 characters, the limit"),
+        (
+            "0x" + "f" * 5000,
+            "an integer longer than 100 characters, the limit",
+        ),  # an OverflowError before
+        ("&x [*x]", "the alias *x is inside its own anchor"),  # a list holding itself
+    ],
+)
+def test_parsing_limits_are_one_line_naming_the_override_or_file(tmp_path, value, words):
+    message = error_of(overrides=["name=run", f"task.weights={value}"])
+    assert message.startswith("override 'task.weights=") and message.endswith(words), message
+    path = write(tmp_path, f"name: run\ntask:\n  weights: {value}\n")
+    assert error_of(path, overrides=()) == f"{path}:3: {words}"
+
+
+def test_aliases_that_expand_past_a_million_values_are_refused(tmp_path):
+    lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]  # each line 10 times the last
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    path = write(tmp_path, "\n".join(lines) + "\n")
+    assert error_of(path).endswith("more than 1,000,000 values, the limit")
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("!!int abc", "'abc' is not a valid !!int"),  # a ValueError before
+        ("!!bool maybe", "'maybe' is not a valid !!bool"),  # a KeyError
+        ("!!timestamp x", "'x' is not a valid !!timestamp"),  # an AttributeError
+        ("{[1]: 2}", "found unhashable key"),  # a TypeError (files only)
+    ],
+)
+def test_a_value_its_yaml_tag_cannot_read_is_one_line(tmp_path, value, words):
+    message = error_of(overrides=["name=run", f"seed={value}"])
+    assert message.startswith("override 'seed=") and words in message, message
+    path = write(tmp_path, f"name: run\nseed: {value}\n")
+    assert error_of(path, overrides=()) == f"{path}:2: invalid YAML: {words}"
+
+
+@pytest.mark.parametrize("index", ["1" * 5000, "²"])
+def test_an_override_index_int_cannot_read_is_one_line(index):
+    assert error_of(overrides=["name=run", f"task.kinds[{index}]=mod"]).startswith(
+        "override key 'task.kinds["
+    )
+
+
+def test_a_config_file_past_the_size_limit_is_refused_before_it_is_parsed(tmp_path):
+    path = tmp_path / "big.yaml"
+    line = "- " + "x" * 1000 + "\n"
+    path.write_text("name: run\nitems:\n" + line * (MAX_CONFIG_BYTES // len(line) + 1))
+    assert error_of(path, overrides=()) == f"{path}: larger than 10 MB, the limit for a config"
 
 
 def test_top_level_must_be_a_mapping(tmp_path):

@@ -431,6 +431,30 @@ def test_a_user_error_is_one_line_not_a_traceback(argv, words, workdir, capsys):
     _assert_refused(code, out, err, words, workdir, before)
 
 
+DEEP = "[" * 3000 + "]" * 3000
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["train", f"sft.steps={DEEP}"], "nested deeper than 100 levels"),
+        (["train", "{d}/deep.yaml"], "deep.yaml:2: nested deeper than 100 levels"),
+        (["train", f"seed={'1' * 5000}"], "an integer longer than 100 characters"),
+        (["eval", "{d}/no-model", f"sft.steps={DEEP}"], "nested deeper than 100 levels"),
+        (["ablate", "--variant", "v:rl.steps=1", f"seed={'1' * 5000}"], "longer than 100"),
+        (["ablate", "--variant", f"v:rl.steps={DEEP}"], "variant 'v': override 'rl.steps="),
+        (["config", "{d}/big.yaml"], "larger than 10 MB"),
+    ],
+)
+def test_a_config_past_a_parsing_limit_is_one_line_in_every_command(argv, words, workdir, capsys):
+    (workdir / "deep.yaml").write_text(f"sft:\n  steps: {DEEP}\n")
+    with (workdir / "big.yaml").open("w") as f:
+        f.truncate(11 * 2**20)  # sparse: nothing to write, much to refuse
+    before = _tree(workdir)
+    code, out, err = _run([a.format(d=workdir) for a in argv], capsys)
+    _assert_refused(code, out, err, words, workdir, before)
+
+
 def test_a_config_file_that_is_not_utf8_is_one_line(workdir, capsys):
     (workdir / "bad.yaml").write_bytes(b"name: \xff\xfe\n")
     before = _tree(workdir)

@@ -22,6 +22,12 @@ carry their documented range ("[0, 1)", "> 0", ">= 1": for a list of numbers, ea
 an optional `check` function, both applied on load, and their doc, which `describe` lists (so
 `tirl config --keys` prints every key with its type, default, range and meaning).
 
+Parsing is bounded, so that a mistaken or hostile input is one line rather than a
+RecursionError, Python's int-conversion ValueError or minutes of parsing: a config file holds at
+most 10 MB, YAML nests at most 100 deep, an integer is at most 100 characters long (64 bits
+need 20), aliases expand to at most a million values and may not hold themselves, and a tagged
+value its tag cannot read (`!!int abc`) is an error of that file or override.
+
 Not covered: includes or inheritance between YAML files, environment-variable interpolation,
 Path fields. Schemas must live at module level so `typing.get_type_hints` can resolve them.
 """
@@ -36,7 +42,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar, Union
 
@@ -190,10 +196,13 @@ def apply_overrides(data: Mapping, overrides: Sequence[str]) -> dict:
     for text in overrides:
         key, raw = _split_override(text)
         try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
+            value = _parse_yaml(raw)
+        except _TooBig as e:
+            raise ConfigError(f"override {_show(text)}: {e.problem}") from None
+        except yaml.YAMLError as e:
+            why = f" ({e.problem})" if getattr(e, "problem", None) else ""
             raise ConfigError(
-                f"override {_show(text)}: cannot parse {_show(raw)} as a YAML value"
+                f"override {_show(text)}: cannot parse {_show(raw)} as a YAML value{why}"
             ) from None
         *parents, last = _key_steps(key)
         node = data
@@ -222,8 +231,11 @@ def _key_steps(key: str) -> list[str | int]:
         if name:
             steps.append(name)
         for index in indices:
-            if not index.endswith("]") or not index[:-1].lstrip("-").isdigit() or not name:
+            digits = index[:-1].lstrip("-")  # isdecimal: what int() reads ("²" is a digit too)
+            if not index.endswith("]") or not digits.isdecimal() or not name:
                 raise ConfigError(f"override key {_show(key)}: write list items as name[0]")
+            if len(digits) > MAX_INT_CHARS:
+                raise ConfigError(f"override key {_show(key)}: a list index that long is no item")
             steps.append(int(index[:-1]))
     return steps
 
@@ -242,14 +254,83 @@ def _split_override(text: str) -> tuple[str, str]:
     return key, raw
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a mapping that names a key twice (PyYAML keeps the last
-    value silently, so a config's second `lr:` would win without a word)."""
+MAX_CONFIG_BYTES = 10 * 2**20
+MAX_YAML_DEPTH = 100
+MAX_INT_CHARS = 100  # 64 bits need 20; far below Python's own limit on int("...") (4300)
+MAX_YAML_VALUES = 1_000_000  # with aliases expanded: "a billion laughs" is refused
+
+
+class _TooBig(yaml.MarkedYAMLError):
+    """YAML past one of the parsing limits above; its `problem` names the limit."""
+
+    def __init__(self, problem: str, mark):
+        super().__init__(problem=problem, problem_mark=mark)
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """YAML's safe loader, bounded (see the module docstring), and refusing a mapping that
+    names a key twice (PyYAML keeps the last value silently, so a config's second `lr:` would
+    win without a word)."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0  # values composed so far, each alias counting what it stands for
+        self._open: set[str] = set()  # anchors whose node is still being composed
+        self._sizes: dict[str, int] = {}  # anchor -> values its node holds
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open:
+                raise _TooBig(
+                    f"the alias *{event.anchor} is inside its own anchor", event.start_mark
+                )
+            self._count(self._sizes.get(event.anchor, 0), event)
+            return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise _TooBig(
+                f"nested deeper than {MAX_YAML_DEPTH} levels, the limit", event.start_mark
+            )
+        anchor, before = event.anchor, self._values
+        self._count(1, event)
+        self._depth += 1
+        self._open.add(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            self._open.discard(anchor)
+            self._sizes[anchor] = self._values - before
+
+    def _count(self, values: int, event) -> None:
+        self._values += values
+        if self._values > MAX_YAML_VALUES:
+            raise _TooBig(f"more than {MAX_YAML_VALUES:,} values, the limit", event.start_mark)
+
+    def construct_object(self, node, deep=False):
+        """A tagged value its tag cannot read (`!!int abc`, `!!bool maybe`) fails inside
+        PyYAML's constructors with a plain ValueError, KeyError, ...: make it a YAML error."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value!r} is not a valid {tag}", node.start_mark
+            ) from None
+
+    def construct_int(self, node):
+        if len(str(node.value)) > MAX_INT_CHARS:
+            limit = f"longer than {MAX_INT_CHARS} characters, the limit"
+            raise _TooBig(f"an integer {limit}", node.start_mark)
+        return self.construct_yaml_int(node)
 
     def construct_mapping(self, node, deep=False):
         seen: set = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                break  # PyYAML's own check below refuses it
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"the key {key!r} appears twice in one mapping", key_node.start_mark
@@ -258,25 +339,40 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+_ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_int)
+
+
+def _parse_yaml(text: str) -> Any:
+    """`text` as YAML data, within the limits; raises yaml.YAMLError (`_TooBig` for a limit)."""
+    return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader
+
+
 def _read_yaml(path: Path) -> dict:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:  # at most one byte past the limit: /dev/zero ends too
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except (FileNotFoundError, NotADirectoryError):
         raise ConfigError(f"{_shown_path(path)}: no such config file") from None
     except IsADirectoryError:
         raise ConfigError(f"{_shown_path(path)}: is a folder, not a config file") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); is it a YAML file?") from None
     except (OSError, ValueError) as e:  # permission, a name too long, a NUL in the path
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise ConfigError(f"{_shown_path(path)}: cannot read the config file: {reason}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        limit = MAX_CONFIG_BYTES // 2**20
+        raise ConfigError(f"{_shown_path(path)}: larger than {limit} MB, the limit for a config")
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); is it a YAML file?") from None
+    try:
+        data = _parse_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+        kind = "" if isinstance(e, _TooBig) else "invalid YAML: "
+        raise ConfigError(f"{where}: {kind}{problem}") from None
     if data is None:  # an empty file sets nothing
         return {}
     if not isinstance(data, dict):
