@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 
 from tirl.backends.hf import HFEngine
-from tirl.eval.benchmark_eval import benchmark_metrics, read_done, run_benchmark
+from tirl.eval.benchmark_eval import (
+    benchmark_metrics,
+    read_done,
+    run_benchmark,
+    write_benchmark_report,
+)
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.sandbox import Sandbox, SandboxLimits
 from tirl.tasks.base import Task
@@ -90,30 +96,32 @@ def test_an_interrupted_run_resumes_without_redoing_finished_samples(
         assert same == [old]
 
 
-def test_metrics_over_records_by_hand():
-    def rec(item, sample, correct, predicted, category):
-        stats = {
-            "num_calls": 1,
-            "num_ok": 1,
-            "num_error": 0,
-            "num_skipped": 0,
-            "num_void": 0,
-            "all_ok": True,
-            "any_error": False,
-            "last_ok": True,
-            "model_tokens": 10,
-            "tool_tokens": 2,
-        }
-        return {
-            "item_id": item,
-            "sample": sample,
-            "correct": correct,
-            "predicted": predicted,
-            "category": category,
-            "stats": stats,
-            "finish_reason": "stop",
-        }
+def rec(item, sample, correct, predicted, category, calls: int = 1) -> dict:
+    """One finished sample's record as `run_benchmark` writes it, with `calls` code blocks."""
+    stats = {
+        "num_calls": calls,
+        "num_ok": calls,
+        "num_error": 0,
+        "num_skipped": 0,
+        "num_void": 0,
+        "all_ok": True,
+        "any_error": False,
+        "last_ok": True,
+        "model_tokens": 10,
+        "tool_tokens": 2,
+    }
+    return {
+        "item_id": item,
+        "sample": sample,
+        "correct": correct,
+        "predicted": predicted,
+        "category": category,
+        "stats": stats,
+        "finish_reason": "stop",
+    }
 
+
+def test_metrics_over_records_by_hand():
     records = [
         rec("a", 0, True, "5", "x"),
         rec("a", 1, False, "6", "x"),  # item a: 1 of 2
@@ -128,3 +136,17 @@ def test_metrics_over_records_by_hand():
     low, high = m["avg@2_ci95"]
     assert low <= 0.25 <= high
     assert m["code/correct/full_pass_rate"] == 1.0 and m["tokens/accuracy_per_1k"] == 25.0
+
+
+def test_metrics_json_holds_null_not_nan_for_a_rate_with_nothing_to_divide_by(tmp_path):
+    records = [rec("a", 0, False, "1", "x", calls=0), rec("a", 1, False, "2", "x", calls=0)]
+    m = benchmark_metrics(records, k=2)
+    assert math.isnan(m["code/correct/full_pass_rate"])  # no correct sample: nan in memory
+    write_benchmark_report({"toy": m}, tmp_path, "toy")
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} in metrics.json is not JSON")
+
+    saved = json.loads((tmp_path / "metrics.json").read_text(), parse_constant=refuse)
+    assert saved["toy"]["code/correct/full_pass_rate"] is None
+    assert saved["toy"]["avg@2"] == 0.0

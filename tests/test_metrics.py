@@ -14,6 +14,7 @@ from tirl.eval.metrics import (
     by_category,
     code_block_stats,
     greedy_accuracy,
+    json_text,
     maj_at_k,
     majority_answer,
     mean_pass_at_k,
@@ -274,3 +275,8 @@ def test_by_category_groups_items_and_applies_the_metric():
     assert list(by_category([1, 0, 1], [3, 1, 2])) == [1, 2, 3]  # MATH levels, sorted
     with pytest.raises(ValueError):
         by_category([1], ["a", "b"])
+
+
+def test_json_text_writes_nan_and_infinity_as_null_and_stays_strict():
+    text = json_text({"rate": math.nan, "ci": (0.5, math.inf), 3: [-math.inf, 1]}, indent=None)
+    assert text == '{"rate": null, "ci": [0.5, null], "3": [null, 1]}'

@@ -34,7 +34,6 @@ reward for RACES), so files written before still resume and load.
 from __future__ import annotations
 
 import io
-import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -47,6 +46,7 @@ from tirl.eval.metrics import (
     avg_at_k_ci,
     by_category,
     code_block_stats,
+    json_text,
     majority_answer,
     token_efficiency,
 )
@@ -317,7 +317,7 @@ def write_benchmark_report(results: dict[str, dict], out_dir: Path, title: str) 
 
     out_dir = Path(out_dir)
     paths = [out_dir / "metrics.json", out_dir / "report.md", out_dir / "accuracy.png"]
-    write_text(paths[0], json.dumps(results, indent=2) + "\n")
+    write_text(paths[0], json_text(results) + "\n")
     lines = [
         f"# {title}",
         "",

@@ -39,6 +39,7 @@ from matplotlib.ticker import MaxNLocator
 
 from tirl.eval import viewer
 from tirl.eval.gains import comparison_cells, gains_cells, other_gains, rl_gains
+from tirl.eval.metrics import json_text
 from tirl.eval.signal import rl_signal_notes
 from tirl.files import write_text
 from tirl.protocol.segments import Trajectory
@@ -757,10 +758,10 @@ def write_report(
     picked = _pick_samples(samples, max_samples)
     gains = rl_gains(run_dir)
     if gains:
-        write_text(run_dir / "rl_gains.json", json.dumps(gains, indent=2))
+        write_text(run_dir / "rl_gains.json", json_text(gains))
     others = other_gains(run_dir)
     if others:
-        write_text(run_dir / "other_gains.json", json.dumps(others, indent=2))
+        write_text(run_dir / "other_gains.json", json_text(others))
     extra = (rl_signal_notes(records), others)
 
     md_path = run_dir / "report.md"

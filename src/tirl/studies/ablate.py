@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import math
 import statistics
 from collections import defaultdict
@@ -34,6 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tirl.config import ConfigError, apply_overrides, from_dict, to_dict
+from tirl.eval.metrics import json_text
 from tirl.files import read_jsonl, write_text
 from tirl.train.config import RunConfig
 from tirl.train.pipeline import Evaluation, Pipeline, quiet_transformers, seed_everything
@@ -219,7 +219,7 @@ def _run_ablation(
     for seed in seeds:
         cfg = replace(base, seed=seed)
         per_seed.append(asyncio.run(_run_seed(cfg, variants, out_dir / f"seed{seed}", evaluation)))
-    write_text(out_dir / "results.json", json.dumps(per_seed, indent=2))
+    write_text(out_dir / "results.json", json_text(per_seed))
     table = comparison_table(per_seed, variants)
     seeds_text = ", ".join(map(str, seeds))
     parts = [
@@ -232,7 +232,7 @@ def _run_ablation(
     write_text(out_dir / "ablation.md", "\n\n".join(p for p in parts if p) + "\n")
     merged = out_dir / "metrics.jsonl"
     records = _mean_records([out_dir / f"seed{s}" / "metrics.jsonl" for s in seeds])
-    write_text(merged, "".join(json.dumps(r) + "\n" for r in records))
+    write_text(merged, "".join(json_text(r, indent=None) + "\n" for r in records))
     first = per_seed[0]
     evaluation.write_report(
         out_dir,

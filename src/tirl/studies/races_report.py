@@ -58,6 +58,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from tirl.envs.operators import OPERATORS
+from tirl.eval.metrics import json_text
 from tirl.files import read_jsonl, write_bytes, write_text
 from tirl.protocol.segments import Trajectory
 from tirl.studies.races_tasks import ARM_SPECS, EVAL_SIZES
@@ -855,16 +856,6 @@ def _html(blocks: list[tuple], folder: Path) -> str:
     return "\n".join(out) + "\n"
 
 
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def write_study_report(folder: Path) -> dict:
     """Read the study folder, analyse it, write study.md, report.html, plots/ and results.json;
     return the results."""
@@ -885,5 +876,5 @@ def write_study_report(folder: Path) -> dict:
         for (v, a, s), run in data["runs"].items()
     }
     results["pool"] = data["manifest"]["pool"]
-    write_text(folder / "results.json", json.dumps(_jsonable(results), indent=2))
+    write_text(folder / "results.json", json_text(results))
     return results
