@@ -361,6 +361,36 @@ def test_load_trajectories_reads_a_quickstart_run_folder(trajs, tmp_path):
     assert load_trajectories(tmp_path / "one.json")[0].ids == trajs[0].ids
 
 
+PASSWD = "".join(f"user{i}:x:{i}:{i}::/home/user{i}:/bin/sh\n" for i in range(30))
+
+
+def test_tirl_view_of_a_file_that_holds_no_trajectory_is_one_line(tmp_path, capsys):
+    from tirl.cli import main
+
+    (tmp_path / "passwd").write_text(PASSWD)  # what `tirl view /etc/passwd` reads
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "users.jsonl").write_text(PASSWD)
+    for path in (tmp_path / "passwd", tmp_path / "folder"):
+        assert main(["view", str(path)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and "Warning" not in err, err
+        assert "not a file of trajectories (line 1:" in err and "(and 29 more lines)" in err
+
+
+def test_lines_that_are_not_trajectories_are_one_warning_per_file(trajs, tmp_path, capsys):
+    from tirl.cli import main
+
+    path = tmp_path / "mixed.jsonl"
+    users = "".join(PASSWD.splitlines(keepends=True)[:3])
+    path.write_text(users + json.dumps(trajs[0].to_dict()) + "\n" + users)
+    with pytest.warns(UserWarning) as caught:
+        assert len(load_trajectories(path)) == 1
+    assert len(caught) == 1 and f"{path}:1: skipped" in str(caught[0].message)
+    assert main(["view", str(path), "-o", str(tmp_path / "v.html")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"tirl view: warning: {path}:1: skipped")
+
+
 def test_find_tokenizer_uses_the_checkpoint_tokenizer(trajs, tokenizer, tmp_path):
     assert find_tokenizer(tmp_path) is None
     tokenizer.save_pretrained(tmp_path / "code" / "sft")

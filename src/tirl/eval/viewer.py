@@ -47,14 +47,21 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
     `samples/<variant>_<phase>.jsonl`) or of `tirl eval` sample records (`<benchmark>.samples.jsonl`,
     verdict included), a JSON file holding one such dict or a list of them, or
     a folder: every `*.jsonl` in it, by name, or in its `samples/` subfolder when it is a run
-    folder. A line that does not parse (the half-written last line of a killed run) is skipped
-    with a warning naming the file and line; a file that is not text, or a .json file that does
-    not hold trajectories, is a ValueError naming the file.
+    folder. Lines that do not parse (the half-written last line of a killed run) are skipped
+    with one warning per file naming the first; a file that is not text, a JSONL file with no
+    trajectory in it (`/etc/passwd`) or a .json file that does not hold trajectories is a
+    ValueError naming the file, and in a folder such a file is skipped with one warning.
     """
     path = Path(path)
     if path.is_dir():
         folder = path / "samples" if (path / "samples").is_dir() else path
-        return [t for f in sorted(folder.glob("*.jsonl")) for t in load_trajectories(f)]
+        trajs = []
+        for file in sorted(folder.glob("*.jsonl")):
+            try:
+                trajs += load_trajectories(file)
+            except ValueError as e:
+                warnings.warn(f"{e}: skipped", stacklevel=2)
+        return trajs
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -66,14 +73,27 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
             return [Trajectory.from_dict(d) for d in items]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"{path}: not a trajectory or a list of them ({e})") from None
-    trajs = []
+    return _jsonl_trajectories(path, text)
+
+
+def _jsonl_trajectories(path: Path, text: str) -> list[Trajectory]:
+    """The trajectories of a JSONL file's lines. One warning for all the lines skipped (not
+    one per line: a large file of something else would bury the terminal), and none parsed
+    means the file is not a trajectory file at all."""
+    trajs, skipped = [], []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             trajs.append(_trajectory_of(json.loads(line)))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            warnings.warn(f"{path}:{lineno}: skipped, not a trajectory ({e})", stacklevel=2)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+            skipped.append((lineno, e))
+    if skipped:
+        lineno, why = skipped[0]
+        more = f" (and {len(skipped) - 1} more lines)" if len(skipped) > 1 else ""
+        if not trajs:
+            raise ValueError(f"{path}: not a file of trajectories (line {lineno}: {why}){more}")
+        warnings.warn(f"{path}:{lineno}: skipped, not a trajectory ({why}){more}", stacklevel=3)
     return trajs
 
 
