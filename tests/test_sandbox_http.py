@@ -398,6 +398,58 @@ def test_sigterm_shuts_down_cleanly_and_leaves_no_process(tmp_path):
     assert _wait_until_gone(processes) == set()
 
 
+def test_a_second_sigterm_stops_a_draining_server_at_once(tmp_path):
+    """The first SIGTERM waits for a running cell (up to --max-timeout-s); the second one does
+    not wait, and the sessions still go with the server."""
+
+    async def main(srv):
+        async with HTTPSandbox(srv.url) as client:
+            session = await client.session()
+            cell = asyncio.ensure_future(session.run("import time\ntime.sleep(60)", timeout_s=60))
+            await asyncio.sleep(0.3)
+            processes = _descendants(srv.pid)
+            srv.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + NO_HANG_S
+            while "stopping (" not in srv.stderr_path.read_text():
+                assert time.monotonic() < deadline, srv.stderr_path.read_text()
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            assert srv.proc.poll() is None  # draining: the cell has 60 s
+            sent = time.monotonic()
+            srv.proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(srv.proc.wait, NO_HANG_S)
+            took = time.monotonic() - sent
+            result = await asyncio.wait_for(cell, NO_HANG_S)
+            return processes, code, took, result
+
+    srv = start_server(tmp_path, "--max-timeout-s", "60")
+    try:
+        processes, code, took, result = run(main(srv))
+    finally:
+        stop_server(srv)
+    assert code == 128 + signal.SIGTERM and took < 5.0, (code, took)
+    assert "stopping now (second signal)" in srv.stderr_path.read_text()
+    assert result.status is Status.KILLED  # the server went away under it
+    assert len(processes) >= 2 and _wait_until_gone(processes) == set()
+
+
+def test_a_port_in_use_is_one_line_and_exit_code_2_as_for_tirl_serve(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "tirl.cli", "sandbox", "serve", "--port", str(port),
+             "--pool-size", "0", "--preload", ""],
+            capture_output=True, text=True, timeout=START_TIMEOUT_S,
+        )  # fmt: skip
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert f"cannot listen on 127.0.0.1 port {port}" in done.stderr, done.stderr
+
+
 def test_bad_flag_values_are_one_line_errors(capsys):
     for flags in (["--port", "http"], ["--timeout-s", "0"], ["--preload", "no_such_module_x"]):
         assert cli_main(["sandbox", "serve", *flags]) == 2

@@ -427,11 +427,15 @@ def serve(
     insecure_no_auth: bool = False,
 ) -> None:
     """Serve `sandbox` until SIGTERM or SIGINT, then close it (no process is left behind).
+    The first signal drains (running cells finish and are answered, new requests get 503); a
+    second one ends the process at once, exit code 128 + its number (the sessions die with
+    the zygote, which dies with this process).
 
     Prints `tirl sandbox: listening on http://HOST:PORT` once connections are accepted (with
-    port 0, PORT is the one the OS picked). Raises SandboxError if it cannot listen, and
-    ValueError, before anything starts, for a non-loopback `host` without `api_key` unless
-    `insecure_no_auth`."""
+    port 0, PORT is the one the OS picked). Raises OSError if it cannot listen (as `tirl
+    serve` does, so the command says which --host or --port in one line, exit code 2),
+    SandboxError if the sandbox cannot start, and ValueError, before anything starts, for a
+    non-loopback `host` without `api_key` unless `insecure_no_auth`."""
     refusal = bind_refusal(host, api_key, insecure_no_auth, "--api-key-env")
     if refusal:
         raise ValueError(refusal)
@@ -440,10 +444,7 @@ def serve(
 
 
 async def _serve(server: SandboxServer, host: str, port: int) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _on_stop_signals()
     runner = web.AppRunner(
         server.app(),
         access_log=None,
@@ -456,10 +457,7 @@ async def _serve(server: SandboxServer, host: str, port: int) -> None:
         # collector's scans, which otherwise walk it on every full collection.
         gc.collect()
         gc.freeze()
-        try:
-            await web.TCPSite(runner, host, port).start()
-        except OSError as e:
-            raise SandboxError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        await web.TCPSite(runner, host, port).start()
         bound_port = runner.addresses[0][1]
         url_host = f"[{host}]" if ":" in host else host
         print(f"tirl sandbox: listening on http://{url_host}:{bound_port}", flush=True)
@@ -469,16 +467,37 @@ async def _serve(server: SandboxServer, host: str, port: int) -> None:
                 if server.api_key is None
                 else "no TLS: the API key and the code cross the network in clear text"
             )
-            print(f"tirl sandbox: warning: listening on {host} with {what}", file=sys.stderr)
+            _say(f"warning: listening on {host} with {what}")
         await stop.wait()
         # Cells already running finish and are answered (a cell is bounded by its timeout and
         # grace); new requests are refused meanwhile. Then the sandbox and channels close.
         limits = server.sandbox.limits
-        print("tirl sandbox: stopping (finishing the running cells)", file=sys.stderr, flush=True)
+        _say("stopping (finishing the running cells; a second signal stops at once)")
         await server.drain(server.max_timeout_s + limits.grace_s + SHUTDOWN_TIMEOUT_S)
     finally:
         await runner.cleanup()  # stops listening, closes the sandbox (on_shutdown)
         await server.sandbox.close()  # in case startup failed half way
+
+
+def _on_stop_signals() -> asyncio.Event:
+    """An event set by the first SIGTERM or SIGINT; a second one ends the process at once
+    (a drain waits up to --max-timeout-s for a cell: whoever signals twice will not wait)."""
+    stop = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            _say("stopping now (second signal)")
+            os._exit(128 + signum)  # no drain, no cleanup: what the second signal asks
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    return stop
+
+
+def _say(message: str) -> None:
+    print(f"tirl sandbox: {message}", file=sys.stderr, flush=True)
 
 
 # -- client ------------------------------------------------------------------------------------
