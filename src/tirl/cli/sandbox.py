@@ -72,7 +72,8 @@ def add_parser(sub) -> None:
         description="Serve stateful sandbox sessions over a JSON HTTP API (see"
         " tirl.sandbox.http). Anyone who can use it can run code as you: with $TIRL_API_KEY"
         " set, every request must carry 'Authorization: Bearer <key>'; without a key it only"
-        " binds loopback.",
+        " binds loopback. SIGTERM or Ctrl-C lets the running cells finish (new requests get"
+        " 503); a second signal stops at once.",
     )
     p.add_argument(
         "--host", type=bind_host, default="127.0.0.1", help="address to bind (default: 127.0.0.1)"
