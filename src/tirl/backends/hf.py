@@ -36,8 +36,24 @@ has stopped, the next round starts only when every member still alive has sent i
 request (members wait for each other's tool calls in lockstep), and no new key is admitted
 until every member has been released.
 
+Serving limits (`set_limits`, what `tirl serve` sets; unset, nothing changes for a rollout):
+- `kv_budget`: KV positions the engine may hold in flight. The cache is dense (rows x the
+  longest row, `tirl.backends.kv_slots`), so a request is admitted only when the rows in
+  flight and it, each as long as the longest of them will grow (prompt + max_new_tokens),
+  fit the budget; until then it waits, first come first served (a big request is never
+  overtaken by small ones); one that could never fit is refused (`KVBudgetError`).
+- `prefill_chunk` and `step_tokens`: a prompt (or tool output) is fed at most
+  `prefill_chunk` tokens a step, and a step holds at most `step_tokens` tokens (each row
+  feeds at least one), so the rows decoding beside a long prompt get a token every step
+  while it is prefilled, and a cancelled request stops within a step.
+
+Memory: when nothing is in flight and no slot holds a sequence not yet released, the KV
+tensors are handed back (`SlotRows.free`, and the heap trimmed), so an idle engine holds
+no cache; the next request allocates what it needs.
+
 Cancellation: a request whose caller was cancelled leaves the batch at the next step and its
-key's cache is dropped, so a cancelled trajectory never keeps decoding or holds memory.
+key's cache is dropped, so a cancelled trajectory never keeps decoding or holds memory (nor
+its share of the budget).
 
 Limits: for the small models this backend is for (tests, the quickstart, debugging); large
 models belong on vLLM / SGLang servers. Log-probabilities are those of the unscaled policy
@@ -48,7 +64,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import inspect
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -59,11 +77,12 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from tirl.backends.engine import GenOutput, StopFn, check_prompt_fits
 from tirl.backends.fused import FusedSlotForward, fused_supports
-from tirl.backends.kv_slots import SlotRows, supports
+from tirl.backends.kv_slots import SlotRows, position_bytes, supports
 from tirl.cpu import pace
 from tirl.models.lora import is_lora, merged_state_dict
 
-__all__ = ["GenOutput", "HFEngine", "StopFn"]  # GenOutput, StopFn: tirl.backends.engine
+__all__ = ["GenOutput", "HFEngine", "KVBudgetError", "StopFn", "position_bytes"]
+# GenOutput, StopFn: tirl.backends.engine; position_bytes: tirl.backends.kv_slots
 
 LayerKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [L, H, D]
 KV_CACHES = ("auto", "slots", "padded")
@@ -105,10 +124,15 @@ class _GrowingCache(DynamicCache):
         Cache.__init__(self, layer_class_to_replicate=_GrowingLayer)
 
 
+class KVBudgetError(ValueError):
+    """A request that needs more KV positions than the engine's whole budget: it could never
+    be admitted, so it is refused instead of waiting forever."""
+
+
 @dataclass
 class _Request:
     key: object
-    feed: list[int]
+    feed: list[int]  # tokens still to feed (the prompt or tool output, then the last sample)
     max_new_tokens: int
     temperature: float
     stop: StopFn | None
@@ -117,6 +141,11 @@ class _Request:
     past: int = 0  # tokens of this key already in its cache (before `feed`)
     out_ids: list[int] = field(default_factory=list)
     out_logprobs: list[float] = field(default_factory=list)
+
+    @property
+    def need(self) -> int:
+        """The most positions its row can reach: what it holds, is fed and may generate."""
+        return self.past + len(self.feed) + self.max_new_tokens - len(self.out_ids)
 
 
 class HFEngine:
@@ -186,6 +215,49 @@ class HFEngine:
             self.kv = PaddedRows(model, cache_arg, keeps_last_logits, reuse_batch_cache)
         self.steps = 0
         self.rows_stepped = 0  # sum of batch sizes over steps: rows_stepped / steps = occupancy
+        self.kv_budget: int | None = None  # `set_limits`
+        self.prefill_chunk = self.max_len
+        self.step_tokens = sys.maxsize
+
+    def set_limits(
+        self,
+        kv_budget: int | None = None,
+        prefill_chunk: int | None = None,
+        step_tokens: int | None = None,
+    ) -> None:
+        """Bound what requests in flight may hold and what one step may feed (module
+        docstring, "Serving limits"); None: no bound. Continuous admission only."""
+        if kv_budget is not None and self.admission != "continuous":
+            raise ValueError("kv_budget needs continuous admission")
+        for name, value in (("kv_budget", kv_budget), ("prefill_chunk", prefill_chunk)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        self.kv_budget = kv_budget
+        self.prefill_chunk = prefill_chunk or self.max_len
+        self.step_tokens = step_tokens or sys.maxsize
+        if isinstance(self.kv, SlotRows):
+            self.kv.cache.max_positions = kv_budget
+
+    @property
+    def running(self) -> int:
+        """Requests in the batch (admitted, prefilling or decoding)."""
+        return len(self._active)
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting to be admitted (for a row, or for room in the budget)."""
+        return len(self._waiting)
+
+    @property
+    def kv_reserved(self) -> int:
+        """KV positions the requests in the batch may come to need: rows x the longest row's
+        `need` (the dense cache's shape at their end); what admission holds to `kv_budget`."""
+        return _dense(self._active)
+
+    @property
+    def kv_allocated(self) -> int:
+        """KV positions allocated now: the slot tensor's rows x capacity (0 when freed)."""
+        return self.kv.allocated_positions
 
     def held_keys(self) -> set[object]:
         """The keys whose tokens this engine still keeps (in a slot, set aside, or in their own
@@ -230,6 +302,13 @@ class HFEngine:
         room = self.max_len - past - len(feed_ids)
         if room <= 0 or max_new_tokens <= 0:
             return GenOutput([], [], "length")
+        need = past + len(feed_ids) + min(max_new_tokens, room)
+        if self.kv_budget is not None and need > self.kv_budget:
+            raise KVBudgetError(
+                f"this call needs {need} KV positions ({past + len(feed_ids)} fed,"
+                f" {min(max_new_tokens, room)} to generate): more than the engine's budget of"
+                f" {self.kv_budget}"
+            )
         future = asyncio.get_running_loop().create_future()
         generator = None
         if seed is not None:
@@ -261,6 +340,16 @@ class HFEngine:
         if key in self._members:
             self._members.discard(key)
             self._kick()  # the rest of a static batch may have been waiting for this one
+        self._free_if_idle()
+
+    def _free_if_idle(self) -> None:
+        """Hand the KV tensors back once nothing is in flight and no slot holds a sequence
+        that may continue: an idle engine holds no cache."""
+        if self._active or self._waiting or self.kv.holds(self._lengths):
+            return
+        if self.kv.allocated_positions:
+            self.kv.free()
+            _trim_heap()
 
     def _kick(self) -> None:
         """Start the step loop if it is idle and there is work it may admit."""
@@ -298,11 +387,12 @@ class HFEngine:
         try:
             await self._steps()
         except Exception as exc:  # a fault no request can be blamed for: fail all, hang none
-            for req in self._waiting + self._active:
+            failed, self._waiting, self._active = self._waiting + self._active, [], []
+            for req in failed:
                 self.release(req.key)
                 if not req.future.done():
                     req.future.set_exception(exc)
-            self._waiting, self._active = [], []
+        self._free_if_idle()
 
     async def _steps(self) -> None:
         loop = asyncio.get_running_loop()
@@ -312,20 +402,33 @@ class HFEngine:
             if not self._active:
                 return
             batch = list(self._active)
+            feeds = self._feeds(batch)
             try:
                 # Between steps, on this thread: the cache bookkeeping of joins and leaves.
                 self.kv.arrange([r.key for r in batch], [r.past for r in batch], self._lengths)
-                sampled = await loop.run_in_executor(self._executor, self._step, batch)
+                sampled = await loop.run_in_executor(self._executor, self._step, batch, feeds)
             except Exception as exc:  # a failed forward fails its requests, never hangs them
                 for req in batch:
                     self._fail(req, exc)
                 continue
-            for req, (token, logprob) in zip(batch, sampled):
+            for req, feed, (token, logprob) in zip(batch, feeds, sampled):
                 try:
-                    self._advance(req, token, logprob)
+                    self._advance(req, len(feed), token, logprob)
                 except Exception as exc:  # its stop function raised: that request fails alone
                     self._fail(req, exc)
             await asyncio.sleep(0)  # let sandbox results and new requests in
+
+    def _feeds(self, batch: list[_Request]) -> list[list[int]]:
+        """What each row feeds this step. Every row feeds at least one token (so it steps and
+        keeps its slot); a row with a prompt or tool output to feed takes a chunk of up to
+        `prefill_chunk` tokens, in arrival order, while the step stays within `step_tokens`."""
+        left = self.step_tokens - len(batch)
+        feeds = []
+        for req in batch:
+            extra = max(0, min(min(len(req.feed), self.prefill_chunk) - 1, left))
+            left -= extra
+            feeds.append(req.feed[: 1 + extra])
+        return feeds
 
     def _fail(self, req: _Request, exc: Exception) -> None:
         """End a request with `exc`. Its key keeps what its cache holds (`req.past` tokens)."""
@@ -336,8 +439,12 @@ class HFEngine:
             req.future.set_exception(exc)
 
     def _admit(self) -> None:
-        if self.admission == "continuous":
-            while self._waiting and len(self._active) < self.max_batch:
+        if self.admission == "continuous":  # in arrival order: the first waits for room
+            while (
+                self._waiting
+                and len(self._active) < self.max_batch
+                and self._fits(self._waiting[0])
+            ):
                 self._active.append(self._waiting.pop(0))
             return
         if self._active:  # static: the round is still decoding
@@ -348,6 +455,10 @@ class HFEngine:
             self._active = [r for r in self._waiting if r.key in self._members]
             self._waiting = [r for r in self._waiting if r.key not in self._members]
 
+    def _fits(self, req: _Request) -> bool:
+        """Whether `req` may join the batch within `kv_budget`."""
+        return self.kv_budget is None or _dense([*self._active, req]) <= self.kv_budget
+
     def _drop_cancelled(self) -> None:
         """Requests whose caller gave up leave the batch, and their caches go."""
         for queue in (self._waiting, self._active):
@@ -355,9 +466,12 @@ class HFEngine:
                 queue.remove(req)
                 self.release(req.key)
 
-    def _advance(self, req: _Request, token: int, logprob: float) -> None:
-        req.past += len(req.feed)  # the step cached what it was fed
-        if req.future.cancelled():  # its caller gave up: `_drop_cancelled` removes it
+    def _advance(self, req: _Request, fed: int, token: int | None, logprob: float | None) -> None:
+        """After a step that fed `fed` of `req`'s tokens and sampled `token` (None while it has
+        more to feed: a chunk's last position is not where its next token comes from)."""
+        req.past += fed  # the step cached what it was fed
+        req.feed = req.feed[fed:]
+        if req.future.cancelled() or token is None:  # cancelled: `_drop_cancelled` removes it
             return
         req.out_ids.append(token)
         req.out_logprobs.append(logprob)
@@ -377,13 +491,26 @@ class HFEngine:
             req.future.set_result(GenOutput(req.out_ids, req.out_logprobs, reason))
 
     @torch.no_grad()
-    def _step(self, batch: list[_Request]) -> list[tuple[int, float]]:
-        """One step over every active sequence; returns (token, logprob) each."""
+    def _step(self, batch: list[_Request], feeds: list[list[int]]) -> list[tuple]:
+        """One step over every active sequence, each fed its `feeds` entry; returns (token,
+        logprob) each, (None, None) for a row with more to feed (nothing is drawn for it, so
+        a seeded request's draws do not depend on how its prompt was chunked)."""
         pace()  # on the engine's own thread: torch's thread count is per thread (tirl.cpu)
         self.steps += 1
         self.rows_stepped += len(batch)
         keys = [req.key for req in batch]
-        logits = self.kv.forward(keys, [r.feed for r in batch], [r.past for r in batch])  # [B, V]
+        logits = self.kv.forward(keys, feeds, [r.past for r in batch])  # [B, V]
+        done = [i for i, (r, f) in enumerate(zip(batch, feeds)) if len(f) == len(r.feed)]
+        if len(done) < len(batch):
+            drawn = self._sample([batch[i] for i in done], logits[done]) if done else []
+            out: list[tuple] = [(None, None)] * len(batch)
+            for i, pair in zip(done, drawn):
+                out[i] = pair
+            return out
+        return self._sample(batch, logits)
+
+    def _sample(self, batch: list[_Request], logits: torch.Tensor) -> list[tuple[int, float]]:
+        """A token and its log-prob for each row of `logits` [B, V]."""
         logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
         temperatures = [r.temperature for r in batch]
         # Only the ops a step needs (a step costs its op count on a CPU): at temperature 1,
@@ -407,6 +534,18 @@ class HFEngine:
         return list(zip(tokens.tolist(), chosen.tolist()))
 
 
+def _dense(rows: list[_Request]) -> int:
+    """KV positions a dense cache of `rows` reaches: rows x the longest `need`."""
+    return len(rows) * max((r.need for r in rows), default=0)
+
+
+def _trim_heap() -> None:
+    """Hand the heap's free memory back to the OS (glibc's malloc_trim): freed tensors below
+    glibc's mmap threshold stay in the heap otherwise, and the process's RSS with them."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 class PaddedRows:
     """The padded cache: each key keeps its own cache (views of a batch cache), and a step
     left-pads them into one batch cache (`kv_cache="padded"`)."""
@@ -426,6 +565,21 @@ class PaddedRows:
 
     def release(self, key: object) -> None:
         self.caches.pop(key, None)
+
+    def holds(self, live: set | dict) -> bool:
+        return any(key in live for key in self.caches)
+
+    def free(self) -> None:
+        """Drop the last decode step's batch cache (released keys' caches are gone already)."""
+        self._last_decode = None
+
+    @property
+    def allocated_positions(self) -> int:
+        """Positions of the last step's batch cache, while it is kept (rows x length)."""
+        if self._last_decode is None:
+            return 0
+        keys = self._last_decode[1].layers[0].keys  # [B, H, T, D]
+        return keys.shape[0] * keys.shape[2]
 
     def forward(self, keys: list, feeds: list[list[int]], past: list[int]) -> torch.Tensor:
         """Run the model on ragged chunks over ragged caches; next-token logits [B, V].

@@ -27,9 +27,18 @@ the pass runs). Positions are explicit per token (`position_ids`), so rotary and
 position embeddings see each row's own positions. A forward pass that is not ours and runs
 meanwhile (another thread on the same model) gets the model's own attention and masks.
 
+Memory: the tensor is dense, rows x capacity positions (each position holding every layer's
+key and value: `position_bytes`), so its size is the rows in flight times the longest of them.
+It grows by doubling (O(1) amortized copies) as rows join and sequences lengthen; with a
+budget (`max_positions`, which `HFEngine` admits requests against) a reallocation never
+makes it larger than the budget: the dimension that does not need to grow shrinks instead.
+When no sequence holds a slot, `SlotRows.free` hands the whole tensor back, so a server's
+memory returns to its idle level between bursts. Tokens set aside (sequences waiting on a
+tool) are separate copies, outside the budget.
+
 Limits: models whose attention is "sdpa" or "eager", with no sliding-window layers and no
-logit soft-capping (`supports`); the tensor grows (doubling) to the longest row seen and to
-the most rows in flight, and is not shrunk: sized for the small models this engine is for.
+logit soft-capping (`supports`); one long row makes every row that long (no paging): sized
+for the small models this engine is for.
 """
 
 from __future__ import annotations
@@ -65,6 +74,16 @@ def supports(model) -> bool:
         and getattr(config, "attn_logit_softcapping", None) is None
         and not getattr(config, "is_encoder_decoder", False)
     )
+
+
+def position_bytes(model) -> int:
+    """Bytes one KV position takes: a key and a value of every layer's KV heads, in the
+    model's dtype (what a dense cache of rows x capacity costs per position)."""
+    config = model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    dtype = next(model.parameters()).dtype
+    return 2 * config.num_hidden_layers * heads * head_dim * dtype.itemsize
 
 
 def causal_row_mask(past: torch.Tensor, width: int, kv_len: int) -> torch.Tensor:
@@ -221,18 +240,22 @@ class _SlotLayer(CacheLayerMixin):
         raise RuntimeError("slot layers are allocated by SlotKVCache")
 
     def allocate(self, like_keys: torch.Tensor, like_values: torch.Tensor, rows: int, cap: int):
+        # Zeros, not empty: a masked position still enters attention as weight 0 x value, and
+        # 0 x a NaN left in uninitialized memory would be NaN.
         heads = like_keys.shape[1]
         self.keys = like_keys.new_zeros((rows, heads, cap, like_keys.shape[-1]))
         self.values = like_values.new_zeros((rows, heads, cap, like_values.shape[-1]))
         self.device, self.is_initialized = like_keys.device, True
 
-    def grow(self, rows: int, cap: int) -> None:
-        """Reallocate to `rows` x `cap`, keeping what is stored (a rare full copy)."""
+    def resize(self, rows: int, cap: int) -> None:
+        """Reallocate to `rows` x `cap`, keeping the first rows and positions of what is stored
+        (a rare full copy; the caller keeps the rows and positions in use within the new
+        shape). Layer by layer, so a resize holds at most one layer twice."""
         old_keys, old_values = self.keys, self.values
-        old_rows, _, old_cap, _ = old_keys.shape
+        keep_rows, keep_cap = min(rows, old_keys.shape[0]), min(cap, old_keys.shape[2])
         self.allocate(old_keys, old_values, rows, cap)
-        self.keys[:old_rows, :, :old_cap] = old_keys
-        self.values[:old_rows, :, :old_cap] = old_values
+        self.keys[:keep_rows, :, :keep_cap] = old_keys[:keep_rows, :, :keep_cap]
+        self.values[:keep_rows, :, :keep_cap] = old_values[:keep_rows, :, :keep_cap]
 
     def update(self, key_states, value_states, *args, **kwargs):
         raise RuntimeError("slot layers are written through SlotKVCache.update")
@@ -255,11 +278,15 @@ class SlotKVCache(Cache):
     `update` writes a pass's packed tokens where its plan says and returns the whole tensors,
     which `slot_attention` reads per row. `save`, `load` and `move` copy one slot's tokens
     out, in, and between slots. Layers are allocated at the first pass, when the model's
-    key/value shapes and dtype are known."""
+    key/value shapes and dtype are known, and again at the first pass after `free`.
 
-    def __init__(self, max_rows: int, max_len: int) -> None:
+    `max_positions` (None: no bound) bounds rows x capacity whenever the tensor is
+    reallocated, as long as what is in use fits it (`reserve`)."""
+
+    def __init__(self, max_rows: int, max_len: int, max_positions: int | None = None) -> None:
         super().__init__(layer_class_to_replicate=_SlotLayer)
         self.max_rows, self.max_len = max_rows, max_len
+        self.max_positions = max_positions
         self.rows = 0  # slots allocated (or to allocate at the first pass)
         self.capacity = 0  # positions per slot allocated (or to allocate)
         self.plan: _Plan | None = None
@@ -285,14 +312,29 @@ class SlotKVCache(Cache):
             if not layer.is_initialized:
                 layer.allocate(like, like, self.rows, self.capacity)
 
+    @property
+    def positions(self) -> int:
+        """Positions allocated (or to allocate at the next pass): rows x capacity."""
+        return self.rows * self.capacity
+
     def reserve(self, rows: int, cap: int) -> None:
-        """Make room for `rows` slots of `cap` positions (growing by doubling: O(1) amortized)."""
-        if rows <= self.rows and cap <= self.capacity:
+        """Make room for `rows` slots of `cap` positions, where slots `rows`.. and positions
+        `cap`.. hold nothing in use: a dimension that must grow doubles (O(1) amortized), and
+        the shape is then cut back to `max_positions` (see `_shape`)."""
+        over = self.max_positions is not None and self.positions > self.max_positions
+        if rows <= self.rows and cap <= self.capacity and not over:
             return
-        rows, cap = _grown(self.rows, rows, self.max_rows), _grown(self.capacity, cap, self.max_len)
+        limits = (self.max_rows, self.max_len)
+        rows, cap = _shape((self.rows, self.capacity), (rows, cap), limits, self.max_positions)
         for layer in self.layers:
-            layer.grow(rows, cap)
+            layer.resize(rows, cap)
         self.rows, self.capacity = rows, cap
+
+    def free(self) -> None:
+        """Drop every layer's tensors (nothing may be in use): the next pass allocates anew."""
+        self.layers.clear()
+        self.rows = self.capacity = 0
+        self.plan = None  # its masks are sized like the last pass
 
     def save(self, row: int, length: int) -> LayerKV:
         """A copy of slot `row`'s first `length` positions, per layer ([H, length, D] each)."""
@@ -302,9 +344,11 @@ class SlotKVCache(Cache):
         ]
 
     def load(self, row: int, saved: LayerKV) -> None:
-        """Write a `save`d sequence back into slot `row` (positions 0..length-1)."""
+        """Write a `save`d sequence back into slot `row` (positions 0..length-1), which must
+        be within the reserved shape (`reserve`)."""
         length = saved[0][0].shape[1]
-        self.reserve(row + 1, length)
+        if not self.layers:  # freed since it was saved: allocate as the saved tokens are
+            self.allocate(len(saved), saved[0][0][None, :, :1])
         for layer, (keys, values) in zip(self.layers, saved):
             layer.keys[row, :, :length] = keys
             layer.values[row, :, :length] = values
@@ -320,6 +364,22 @@ def _grown(have: int, need: int, limit: int) -> int:
     """`have` grown to hold `need`: doubled (so growth costs O(1) copies per position, amortized)
     but not past `limit` unless `need` is."""
     return have if need <= have else max(need, min(max(2 * have, 16), limit))
+
+
+def _shape(
+    have: tuple[int, int], need: tuple[int, int], limits: tuple[int, int], budget: int | None
+) -> tuple[int, int]:
+    """The (rows, capacity) to reallocate a slot tensor of shape `have` to, so that it holds
+    `need`: each dimension grown (`_grown`) within `limits`, then, over `budget` positions,
+    rows cut back towards `need` first (the rows past those in use hold nothing), then
+    capacity. Over the budget only when `need` itself is (the engine admits nothing such)."""
+    rows = _grown(have[0], need[0], limits[0])
+    cap = _grown(have[1], need[1], limits[1])
+    if budget is not None and rows * cap > budget:
+        rows = max(need[0], budget // cap)
+        if rows * cap > budget:
+            cap = max(need[1], budget // rows)
+    return rows, cap
 
 
 def _span(rows: list[int]) -> slice | None:
@@ -391,6 +451,9 @@ class SlotRows:
             slots[lo], slots[hi] = slots[hi], None
             self.moves += 1
         slots = [key for key in slots if key is not None]
+        # Room for every stepping row's stored tokens, before any is written back: a
+        # reallocation keeps only the rows and positions asked for here.
+        self.cache.reserve(len(keys), max(past, default=0))
         holding = set(slots)
         for key in keys:
             if key in holding:
@@ -407,6 +470,21 @@ class SlotRows:
     def release(self, key: object) -> None:
         """Drop the tokens set aside for `key` (a slot it holds is freed when it leaves)."""
         self.set_aside.pop(key, None)
+
+    def holds(self, live: set | dict) -> bool:
+        """True if a slot holds tokens of one of the `live` keys (those not released)."""
+        return any(key in live for key in self.row_keys)
+
+    def free(self) -> None:
+        """Hand the slot tensor back (no slot may hold live tokens: `holds`); tokens set
+        aside stay. The next pass allocates it again, as small as that pass needs."""
+        self.row_keys = []
+        self.cache.free()
+
+    @property
+    def allocated_positions(self) -> int:
+        """Positions of the slot tensor (rows x capacity; 0 once freed)."""
+        return self.cache.positions if self.cache.layers else 0
 
     def forward(self, keys: list, feeds: list[list[int]], past: list[int]) -> torch.Tensor:
         """Next-token logits [B, V] of each of `keys` (arranged), in the order given.
