@@ -8,7 +8,8 @@ evaluation processes. Endpoints:
 - `POST /v1/completions`: `prompt` as text, token ids, or a list of either;
 - `POST /v1/chat/completions`: `messages` rendered with the tokenizer's chat template
   (`add_generation_prompt=True`); 400 when the tokenizer has none;
-- `GET /health`: 200 while the engine's step loop serves requests, 503 once it has died.
+- `GET /health`: 200 while the engine's step loop serves requests, 503 once it has died or
+  while the server drains; with the key it also says what is running, queued and held.
 
 Both generation endpoints take `max_tokens`, `temperature`, `n` (each choice has its own seed
 stream: choice 0 uses `seed` itself, so `n = 1` is the same request as before), `stop`, `seed`,
@@ -18,6 +19,20 @@ stream: choice 0 uses `seed` itself, so `n = 1` is the same request as before), 
 `logprobs` (0 or 1). What the server accepts, and the 400 for everything else, is in
 `tirl.backends.server_requests`: every request is checked whole before it joins the engine's
 continuous batch, so no request can fail another.
+
+Load (`HFEngine.set_limits`, set by `tirl.apps.serve`): the KV cache is bounded by a budget
+of positions; a request waits in the engine's queue, first come first served, until its
+prompt + max_tokens fits what the requests in flight leave of it, and one that could never
+fit is a 400 naming the budget. The server holds at most `max_queue` choices (prompts x n)
+at once, running or waiting: beyond that a request is a 429 naming the limit. Prompts are
+prefilled a chunk a step, so a long one does not stall the others' tokens, and a client
+that hangs up (aiohttp cancels its handler) has its choices dropped within a step, their
+rows and budget freed. When nothing is in flight the KV cache is handed back, so the
+process's memory follows its load.
+
+Shutdown (`serve`): the first SIGTERM or SIGINT drains: new generation requests get 503,
+requests in flight (streams too, to their `data: [DONE]`) finish within `drain_timeout_s`,
+then the process exits 0; a second signal exits at once (128 + its number).
 
 Failures: a request whose generation fails gets a 500 of its own; the step loop goes on (see
 `HFEngine`: a step that fails fails only that step's requests). Every error is JSON,
@@ -35,8 +50,11 @@ of the whole (true of byte-level BPE); no top_p/top_k, penalties, logit bias, ec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import os
+import signal
 import sys
 import time
 import traceback
@@ -123,19 +141,46 @@ TokenHook = Callable[[list[int], str], None]
 
 class CompletionServer:
     def __init__(
-        self, engine: HFEngine, tokenizer, model_name: str, api_key: str | None = None
+        self,
+        engine: HFEngine,
+        tokenizer,
+        model_name: str,
+        api_key: str | None = None,
+        max_queue: int | None = None,
     ) -> None:
+        """`max_queue`: choices (prompts x n) held at once, running or waiting for room
+        (None: no bound)."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.api_key = api_key
+        self.max_queue = max_queue
         vocab = engine.model.get_input_embeddings().num_embeddings
         self.limits = ModelLimits(
-            frozenset({model_name}), vocab, engine.max_len, token_bytes_bound(tokenizer)
+            frozenset({model_name}),
+            vocab,
+            engine.max_len,
+            token_bytes_bound(tokenizer),
+            engine.kv_budget,
         )
         self.requests = 0  # accepted generation requests
         self.failures = 0  # of which failed in the engine (answered 500)
+        self.choices = 0  # choices held now (running or waiting in the engine)
         self.created = int(time.time())
+        self.draining = False  # after SIGTERM: new generation requests get 503
+        self._handling = 0  # generation requests being handled (streams to their end)
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new generation requests and wait, at most `timeout_s`, until those being
+        handled have been answered in full (a stream to its `[DONE]`); True if they were."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -157,7 +202,7 @@ class CompletionServer:
             "object": "model",
             "created": self.created,
             "owned_by": "tirl",
-            "max_model_len": self.limits.max_len,
+            "max_model_len": self.limits.max_request,  # the budget, if below the context
         }
 
     async def models(self, request: web.Request) -> web.Response:
@@ -173,15 +218,25 @@ class CompletionServer:
 
     async def health(self, request: web.Request) -> web.Response:
         alive = self.engine.loop_alive()
+        engine = self.engine
         details: dict[str, Any] = {
-            "status": "ok" if alive else "unhealthy",
+            "status": "ok" if alive and not self.draining else "unhealthy",
             "model": self.model_name,
             "requests": self.requests,
             "failed_requests": self.failures,
+            "running": engine.running,
+            "queued": engine.queued,
+            "kv_budget": engine.kv_budget,
+            "kv_reserved": engine.kv_reserved,
+            "kv_allocated": engine.kv_allocated,
         }
+        if self.draining:
+            details["status"] = "draining"
+            details["reason"] = "the server is shutting down: requests in flight finish"
         if not alive:
             details["reason"] = "the engine's step loop died: requests in flight cannot finish"
-        return web.json_response(redact_health(request, details), status=200 if alive else 503)
+        ok = alive and not self.draining
+        return web.json_response(redact_health(request, details), status=200 if ok else 503)
 
     # -- generation --------------------------------------------------------------------------
 
@@ -192,6 +247,22 @@ class CompletionServer:
         return await self._serve(request, parse_chat)
 
     async def _serve(self, request: web.Request, parse) -> web.StreamResponse:
+        """A generation request, counted from its first byte to its last (what `drain`
+        waits for)."""
+        if self.draining:
+            response = error_response(503, "the server is shutting down; retry elsewhere")
+            response.force_close()
+            return response
+        self._handling += 1
+        self._idle.clear()
+        try:
+            return await self._generate(request, parse)
+        finally:
+            self._handling -= 1
+            if not self._handling:
+                self._idle.set()
+
+    async def _generate(self, request: web.Request, parse) -> web.StreamResponse:
         raw = await request.read()  # over MAX_BODY_BYTES: a 413 from the middleware
         try:  # JSON decoding and tokenizing in a thread: a long prompt never stalls the loop
             req = await asyncio.to_thread(
@@ -199,7 +270,43 @@ class CompletionServer:
             )
         except BadRequest as e:
             return error_response(e.status, str(e), e.param, e.code)
+        choices = req.n * len(req.prompts)
+        refusal = self._queue_refusal(choices)
+        if refusal is not None:
+            return refusal
         self.requests += 1
+        self.choices += choices
+        try:
+            return await self._answer(request, req)
+        finally:
+            self.choices -= choices
+
+    def _queue_refusal(self, choices: int) -> web.Response | None:
+        """A 429 when `choices` more would overfill the queue (a 400 when they never fit)."""
+        limit = self.max_queue
+        if limit is None:
+            return None
+        if choices > limit:
+            return error_response(
+                400,
+                f"this request has {choices} choices (prompts x n): more than this server"
+                f" holds at once ({limit}, tirl serve --max-queue)",
+                "n",
+            )
+        if self.choices + choices > limit:
+            response = error_response(
+                429,
+                f"the server is full: {self.choices} choices are running or waiting and this"
+                f" request adds {choices}, past the limit of {limit} (tirl serve --max-queue);"
+                " retry later",
+                code="queue_full",
+                kind="rate_limit_error",
+            )
+            response.headers["Retry-After"] = "1"
+            return response
+        return None
+
+    async def _answer(self, request: web.Request, req: GenerationRequest) -> web.StreamResponse:
         rid = ("chatcmpl-" if req.chat else "cmpl-") + uuid.uuid4().hex
         if req.stream:
             return await self._stream(request, req, rid)
@@ -445,41 +552,70 @@ def serve(
     port: int,
     api_key: str | None = None,
     insecure_no_auth: bool = False,
+    *,
+    max_queue: int | None,
+    drain_timeout_s: float,
 ) -> None:
     """Serve `engine` (the model `model_name`, built through the engine registry by
-    `tirl.apps.serve`) until SIGINT/SIGTERM, then close it; prints `tirl serve: listening on
-    http://HOST:PORT` when ready. Refuses (ValueError) a non-loopback `host` without `api_key`
-    unless `insecure_no_auth`."""
+    `tirl.apps.serve`) until SIGTERM or SIGINT, then drain (the module docstring) and close
+    it; prints `tirl serve: listening on http://HOST:PORT` when ready. Refuses (ValueError) a
+    non-loopback `host` without `api_key` unless `insecure_no_auth`; an address it cannot
+    bind raises OSError."""
     refusal = bind_refusal(host, api_key, insecure_no_auth, "--api-key-env")
     if refusal:
         raise ValueError(refusal)
-    server = CompletionServer(engine, tokenizer, model_name, api_key=api_key)
 
     async def main() -> None:
+        server = CompletionServer(engine, tokenizer, model_name, api_key, max_queue)
+        stop = _on_stop_signals()
         # handler_cancellation: a client that hangs up stops its generation at the next step.
-        runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)
+        # The drain has already waited for the handlers: cleanup waits no more.
+        runner = web.AppRunner(
+            server.app(), access_log=None, handler_cancellation=True, shutdown_timeout=1.0
+        )
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound = runner.addresses[0][1]  # the real port when port is 0
-        url_host = f"[{host}]" if ":" in host else host
-        print(f"tirl serve: listening on http://{url_host}:{bound}", flush=True)
-        if not is_loopback(host):
-            what = (
-                "no API key: anyone who can reach this port can use it"
-                if api_key is None
-                else ("no TLS: the API key and the traffic cross the network in clear text")
-            )
-            print(
-                f"tirl serve: warning: listening on {host} with {what}", file=sys.stderr, flush=True
-            )
         try:
-            await asyncio.Event().wait()
+            await web.TCPSite(runner, host, port).start()
+            bound = runner.addresses[0][1]  # the real port when port is 0
+            url_host = f"[{host}]" if ":" in host else host
+            print(f"tirl serve: listening on http://{url_host}:{bound}", flush=True)
+            if not is_loopback(host):
+                what = (
+                    "no API key: anyone who can reach this port can use it"
+                    if api_key is None
+                    else "no TLS: the API key and the traffic cross the network in clear text"
+                )
+                _say(f"warning: listening on {host} with {what}")
+            await stop.wait()
+            _say(
+                f"stopping: finishing {server.choices} choices in flight (at most"
+                f" {drain_timeout_s:g} s; a second signal stops at once)"
+            )
+            if not await server.drain(drain_timeout_s):
+                _say(f"stopping: {server.choices} choices cut after {drain_timeout_s:g} s")
         finally:
             await runner.cleanup()
             engine.close()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # a Ctrl-C before the handlers are set
         asyncio.run(main())
-    except KeyboardInterrupt:
-        pass
+
+
+def _on_stop_signals() -> asyncio.Event:
+    """An event set by the first SIGTERM or SIGINT; a second one ends the process at once."""
+    stop = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            _say("stopping now (second signal)")
+            os._exit(128 + signum)  # no drain, no cleanup: what the second signal asks
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    return stop
+
+
+def _say(message: str) -> None:
+    print(f"tirl serve: {message}", file=sys.stderr, flush=True)

@@ -5,7 +5,9 @@ prompts within the model's vocabulary and context, finite sampling parameters in
 raise `BadRequest`, whose `param` names the offending field the way the OpenAI API does
 (`{"error": {"message", "type", "param", "code"}}`). Nothing that passes can fail another
 request in the batch: the engine only ever sees token ids below the vocabulary size, a prompt
-plus `max_tokens` that fits the context, and temperatures in [0, 100].
+plus `max_tokens` that fits the context and the server's KV cache budget (a request beyond the
+budget could never be admitted: it is a 400 naming the budget, not a wait), and temperatures
+in [0, 100].
 
 Fields:
 - supported: `model`, `prompt` (text, token ids, or a list of either) / `messages`,
@@ -59,10 +61,18 @@ class ModelLimits:
     # max_len * this has more tokens than the context holds: it is refused before tokenizing,
     # so no request costs more tokenizing than the context is worth.
     max_token_bytes: int = 64
+    # KV positions the server may hold for requests in flight (`HFEngine.kv_budget`): one
+    # request's prompt + max_tokens must fit it too. None: no budget.
+    kv_budget: int | None = None
 
     @property
     def max_text_bytes(self) -> int:
         return self.max_len * self.max_token_bytes
+
+    @property
+    def max_request(self) -> int:
+        """The most positions one request can take: the context, or the budget if smaller."""
+        return self.max_len if self.kv_budget is None else min(self.max_len, self.kv_budget)
 
 
 def token_bytes_bound(tokenizer) -> int:
@@ -170,8 +180,8 @@ def parse_chat(body: dict[str, Any], limits: ModelLimits, tokenizer) -> Generati
         ) from None
     ids = tokenizer.encode(text, add_special_tokens=False)
     _check_prompt_ids(ids, limits, "messages")
-    # Without a limit, a chat completion may fill the context (as vLLM does).
-    max_tokens = params.pop("max_tokens") or limits.max_len - len(ids)
+    # Without a limit, a chat completion may fill the context (as vLLM does), within the budget.
+    max_tokens = params.pop("max_tokens") or limits.max_request - len(ids)
     field = (
         "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     )
@@ -242,13 +252,21 @@ def _fit(req: GenerationRequest, limits: ModelLimits, field: str) -> GenerationR
             "n", f"n x prompts must be at most {MAX_CHOICES}, got {req.n * len(req.prompts)}"
         )
     for i, (ids, m) in enumerate(zip(req.prompts, req.max_tokens)):
+        which = f" (prompt {i})" if len(req.prompts) > 1 else ""
         if len(ids) + m > limits.max_len:
-            which = f" (prompt {i})" if len(req.prompts) > 1 else ""
             raise BadRequest(
                 field,
                 f"the prompt{which} has {len(ids)} tokens and {field} is {m}: together more"
                 f" than the model's context of {limits.max_len} tokens; ask for at most"
                 f" {limits.max_len - len(ids)}",
+            )
+        if len(ids) + m > limits.max_request:
+            raise BadRequest(
+                field,
+                f"the prompt{which} has {len(ids)} tokens and {field} is {m}: together"
+                f" {len(ids) + m} KV positions, more than this server's KV cache budget of"
+                f" {limits.kv_budget} (tirl serve --kv-cache-tokens); ask for at most"
+                f" {limits.max_request - len(ids)}",
             )
     return req
 
@@ -410,6 +428,13 @@ def _check_prompt_ids(ids: list, limits: ModelLimits, field: str) -> None:
             field,
             f"the {field} has {len(ids)} tokens, the model's context {limits.max_len}: it must"
             f" leave room for at least one generated token",
+        )
+    if len(ids) >= limits.max_request:
+        raise BadRequest(
+            field,
+            f"the {field} has {len(ids)} tokens, this server's KV cache budget"
+            f" {limits.kv_budget} (tirl serve --kv-cache-tokens): it must leave room for at"
+            f" least one generated token",
         )
 
 

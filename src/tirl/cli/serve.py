@@ -21,17 +21,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
             args.max_batch,
             api_key=key,
             insecure_no_auth=args.insecure_no_auth,
+            kv_cache_tokens=args.kv_cache_tokens,
+            prefill_chunk=args.prefill_chunk,
+            step_tokens=args.step_tokens,
+            max_queue=args.max_queue,
+            drain_timeout_s=args.drain_timeout,
         )
     return 0
 
 
 def add_parser(sub) -> None:
+    from tirl.apps.serve import (
+        DRAIN_TIMEOUT_S,
+        KV_MEMORY_SHARE,
+        MAX_QUEUE,
+        PREFILL_CHUNK,
+        STEP_TOKENS,
+    )
+
     p = sub.add_parser(
         "serve",
         help="serve a model over an OpenAI-compatible API (completions, chat, streaming)",
         description="Serve a model over an OpenAI-compatible API (see tirl.backends.server)."
         " With $TIRL_API_KEY set, every request must carry 'Authorization: Bearer <key>';"
-        " without a key it only binds loopback.",
+        " without a key it only binds loopback. Memory follows the load: the KV cache is"
+        " bounded by --kv-cache-tokens (requests wait for room, first come first served) and"
+        " handed back when idle. SIGTERM or SIGINT drains (new requests get 503, those in"
+        " flight finish within --drain-timeout, exit 0); a second signal exits at once.",
     )
     p.add_argument("model", help="model folder or hub name")
     p.add_argument(
@@ -49,5 +65,49 @@ def add_parser(sub) -> None:
         type=number(int, "[1, 100000]"),
         default=64,
         help="sequences decoded together (default 64)",
+    )
+    p.add_argument(
+        "--kv-cache-tokens",
+        type=number(int, "[2, 1e12]"),
+        default=None,
+        metavar="N",
+        help="KV cache budget, in token positions (the cache is dense: rows in flight x the"
+        " longest of them, each a request's prompt + max_tokens; a position costs 2 x layers x"
+        " KV heads x head size x dtype bytes, printed at start). A request waits until it fits"
+        " what is left; one that never could is a 400. Default: a"
+        f" {KV_MEMORY_SHARE:g} share of the memory available at start, at most --max-batch"
+        " full contexts, at least one full context",
+    )
+    p.add_argument(
+        "--prefill-chunk",
+        type=number(int, "[1, 1e9]"),
+        default=PREFILL_CHUNK,
+        metavar="N",
+        help="prompt tokens a request feeds per step, so that others keep decoding while a long"
+        f" prompt is read (default {PREFILL_CHUNK})",
+    )
+    p.add_argument(
+        "--step-tokens",
+        type=number(int, "[1, 1e9]"),
+        default=STEP_TOKENS,
+        metavar="N",
+        help="tokens one step feeds, all requests together (each at least one; default"
+        f" {STEP_TOKENS})",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=number(int, "[1, 1e9]"),
+        default=MAX_QUEUE,
+        metavar="N",
+        help="choices (prompts x n) held at once, running or waiting; past it a request is a"
+        f" 429 (default {MAX_QUEUE})",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=number(float, "[0, 1e6]"),
+        default=DRAIN_TIMEOUT_S,
+        metavar="S",
+        help="on SIGTERM, seconds the requests in flight get to finish before they are cut"
+        f" (default {DRAIN_TIMEOUT_S:g})",
     )
     p.set_defaults(func=cmd_serve, config=None, overrides=[])
