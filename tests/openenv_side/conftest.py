@@ -57,6 +57,7 @@ def nothing_left_loopback() -> Iterator[None]:
 class Server:
     url: str
     process: subprocess.Popen
+    stderr: str = ""  # what it wrote, once it has exited
 
     def descendants(self) -> set[int]:
         """Every live process under the server: its sandbox's zygote and the open sessions."""
@@ -129,6 +130,7 @@ def openenv_server(entry: dict, *settings: str, seed: int = 0) -> Iterator[Serve
         zygotes = server.children()
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=60)
+        server.stderr = err
         assert process.returncode == 0, err[-3000:]
         assert "Traceback" not in err and "ERROR" not in err, err[-3000:]
         for pid in zygotes:  # the sandbox went with the server (or is a zombie being reaped)

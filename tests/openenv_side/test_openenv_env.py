@@ -9,6 +9,7 @@ same trajectory (`tirl.tasks.scoring.score_trajectory`).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 
@@ -326,6 +327,40 @@ def test_a_session_is_closed_when_its_client_goes(arithmetic_server):
     during = run(open_then_leave())
     assert during == before + 2 + (before == 0)  # (+ the zygote, if no code had run before)
     assert settled(arithmetic_server, during - 2) == during - 2
+
+
+def test_a_client_that_drops_mid_step_frees_its_slot_at_once_in_one_log_line():
+    """A client gone while its cell runs (30 s) is noticed at once: the cell is cut, the
+    session's slot (the only one) and sandbox session are freed, and the server logs one line,
+    not OpenEnv's "Exception in ASGI application" with chained tracebacks."""
+    import websockets
+
+    async def drop_then_reconnect(server) -> tuple[float, set[int]]:
+        async with websockets.connect(server.url.replace("http", "ws", 1) + "/ws") as ws:
+            await ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+            await ws.recv()
+            step = {"message": code("import time\ntime.sleep(30)")}
+            await ws.send(json.dumps({"type": "step", "data": step}))
+            await asyncio.sleep(1.0)  # the cell is running
+            during = server.descendants()
+            ws.transport.abort()  # gone, without a close handshake
+        dropped = time.monotonic()
+        while True:  # the one slot is refused until the dropped session is destroyed
+            try:
+                async with client(server) as env:
+                    await env.reset(seed=1)
+                    return time.monotonic() - dropped, during
+            except (RuntimeError, websockets.ConnectionClosed):  # the capacity error, or close
+                assert time.monotonic() - dropped < 20, "the slot was never freed"
+                await asyncio.sleep(0.2)
+
+    with openenv_server({"source": "arithmetic"}, "max_sessions=1", "sandbox.timeout_s=60") as srv:
+        waited, during = run(drop_then_reconnect(srv))
+        after = srv.descendants()
+    assert waited < 10, f"the slot was held {waited:.1f} s: the cell ran on for nobody"
+    assert during - after  # the dropped episode's session process is gone
+    lines = srv.stderr.strip().splitlines()
+    assert len(lines) == 1 and "went away mid-step" in lines[0], srv.stderr[-3000:]
 
 
 # ------------------------------------------------------------------------------ bad requests

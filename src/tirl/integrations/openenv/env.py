@@ -22,7 +22,8 @@ An episode is one task and the model's messages about it:
 
 Each WebSocket session of the OpenEnv server gets its own `TirlEnvironment` (so its own
 episode and sandbox session); they share the server's one task source and one sandbox.
-The sandbox session closes when the episode ends, on the next reset and on `close`.
+The sandbox session closes when the episode ends, on the next reset and on `close`, and at
+once when the client disconnects mid-step (the step is cut: one line on stderr).
 
 OpenEnv 0.3.0 sends only an observation's own fields over the wire (not `metadata`), so the
 score is in fields (`correct`, `reason`, `predicted`) as well as in `metadata`. Its HTTP
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
 import uuid
 from typing import Any
 
@@ -41,7 +43,12 @@ from openenv.core.env_server import Action, Environment, Observation, State
 from openenv.core.env_server.types import EnvironmentMetadata
 from pydantic import Field
 
-from tirl.integrations.openenv.settings import EpisodeError, OpenEnvSettings
+from tirl.integrations.openenv.settings import (
+    CLIENT_GONE,
+    ClientGone,
+    EpisodeError,
+    OpenEnvSettings,
+)
 from tirl.protocol import Protocol, get_protocol
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory
 from tirl.rewards.answer import prose_text
@@ -219,7 +226,8 @@ class TirlEnvironment(Environment[TirlAction, TirlObservation, TirlState]):
                 outputs.append(disabled_message(tool, protocol.enabled_tools))
                 statuses.append("disabled")
                 continue
-            result = await TOOLS[tool].run(code, ctx)  # the rollout's own path (tirl.tools)
+            # the rollout's own path (tirl.tools)
+            result = await self._unless_client_goes(TOOLS[tool].run(code, ctx))
             outputs.append(result.output)
             statuses.append(result.status)
             self._state.tool_calls += 1
@@ -234,6 +242,32 @@ class TirlEnvironment(Environment[TirlAction, TirlObservation, TirlState]):
             statuses=statuses,
             tool_calls=self._state.tool_calls,
         )
+
+    async def _unless_client_goes(self, work):
+        """Await `work`, or, if the connection's client disconnects first, cut it, close the
+        episode's sandbox session at once and raise ClientGone. Without this the step would
+        run to its end (a cell up to its timeout) for nobody, holding the session's slot."""
+        gone = CLIENT_GONE.get()
+        if gone is None:  # not under the server's middleware (a test, HTTP)
+            return await work
+        running, watch = asyncio.ensure_future(work), asyncio.ensure_future(gone.wait())
+        try:
+            done, _ = await asyncio.wait({running, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            if not running.done():
+                running.cancel()  # the client went (or this step itself was cancelled)
+        if running in done:
+            return running.result()
+        await asyncio.wait({running})  # its cancellation ends before the session closes
+        await self._end_session()
+        print(
+            f"tirl openenv: the client of episode {self._state.episode_id} went away mid-step;"
+            " the step was cut and its sandbox session closed",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise ClientGone("the client went away mid-step")
 
     async def _open_session(self) -> SessionBase:
         """The episode's sandbox session, opened at its first block."""

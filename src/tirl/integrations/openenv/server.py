@@ -18,6 +18,7 @@ before anything listens; a bad request is answered with an error and the server 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import json
 import signal
@@ -30,6 +31,7 @@ from tirl.cliargs import bind_host, number
 from tirl.config import ConfigError, apply_overrides, from_dict
 from tirl.httpauth import is_loopback
 from tirl.integrations.openenv import require_openenv
+from tirl.integrations.openenv.settings import CLIENT_GONE
 
 LISTENING = "tirl openenv: listening on http://{host}:{port}"
 
@@ -68,32 +70,67 @@ def make_app(entry: Mapping[str, Any], seed: int = 0, settings=None, where: str 
         return JSONResponse({"detail": str(exc)}, status_code=409)
 
     app.add_exception_handler(EpisodeError, episode_error)
-    app.add_middleware(QuietDisconnects)
+    app.add_middleware(WatchClient)
     app.router.on_shutdown.append(shared.close)
     app.state.tirl = shared
     return app
 
 
-class QuietDisconnects:
-    """ASGI middleware: a WebSocket client that has gone is not a server error.
+class WatchClient:
+    """ASGI middleware for OpenEnv's WebSocket handler: a client that goes is noticed at once,
+    and is not a server error.
 
-    OpenEnv 0.3.0's WebSocket handler ends every session by closing the socket, and catches
-    only RuntimeError there; when the client has already closed its end (as `EnvClient`
-    does right after sending "close"), Starlette raises WebSocketDisconnect and uvicorn logs
-    "Exception in ASGI application" with two tracebacks, once per episode. The session is
-    already destroyed by then, so nothing is left to do."""
+    OpenEnv 0.3.0's handler reads the socket only between steps, so a client that disconnects
+    mid-step is noticed when the step's answer cannot be sent: the step ran to its end for
+    nobody (a cell up to its timeout), holding a session slot, and the failed sends logged
+    "Exception in ASGI application" with chained tracebacks (Starlette's WebSocketDisconnect,
+    then WebSocketDisconnected from its error reply). Here the client's messages are read as
+    they come and handed on in order; a disconnect sets the connection's CLIENT_GONE event, so
+    the running step stops and closes its sandbox session (`TirlEnvironment`), and what the
+    handler then raises about the closed socket is dropped. A normal close (the client sends
+    "close", then hangs up) ends the same quiet way."""
+
+    INBOX = 32  # client messages held ahead of the handler (uvicorn's own default queue)
 
     def __init__(self, app) -> None:
         self.app = app
 
     async def __call__(self, scope, receive, send) -> None:
-        from starlette.websockets import WebSocketDisconnect
-
-        try:
+        if scope["type"] != "websocket":
             await self.app(scope, receive, send)
-        except WebSocketDisconnect:
-            if scope["type"] != "websocket":
-                raise
+            return
+        from starlette import websockets
+
+        closed_socket = (
+            websockets.WebSocketDisconnect,
+            getattr(websockets, "WebSocketDisconnected", websockets.WebSocketDisconnect),
+        )
+        gone, inbox = asyncio.Event(), asyncio.Queue(self.INBOX)
+
+        async def read_client() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "websocket.disconnect":
+                    gone.set()  # before the put, which may wait for room
+                await inbox.put(message)
+                if gone.is_set():
+                    return
+
+        async def next_message():
+            message = await inbox.get()
+            if message["type"] == "websocket.disconnect":
+                inbox.put_nowait(message)  # every later receive sees it too
+            return message
+
+        token = CLIENT_GONE.set(gone)
+        reader = asyncio.ensure_future(read_client())
+        try:
+            await self.app(scope, next_message, send)
+        except closed_socket:
+            pass  # the client went; its session is already destroyed (OpenEnv's `finally`)
+        finally:
+            reader.cancel()
+            CLIENT_GONE.reset(token)
 
 
 def serve(

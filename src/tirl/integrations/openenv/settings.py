@@ -1,8 +1,10 @@
-"""The OpenEnv server's settings, and its episode error: importable without openenv, so a bad
-setting is reported before openenv is needed."""
+"""The OpenEnv server's settings, its episode error and the "client gone" event of a
+connection: importable without openenv, so a bad setting is reported before openenv is needed."""
 
 from __future__ import annotations
 
+import asyncio
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from tirl.config import setting
@@ -14,6 +16,16 @@ from tirl.tools import DEFAULT_TOOLS, tools_problem
 
 class EpisodeError(ValueError):
     """A request the current episode cannot take (no episode yet, or it is over)."""
+
+
+class ClientGone(EpisodeError):
+    """The client of the episode went away while a step was running; the step was cut."""
+
+
+# Set by the server's middleware (`tirl.integrations.openenv.server.WatchClient`) for the
+# handler of one WebSocket connection: the event is set as soon as its client disconnects, so a
+# step running for it stops (`TirlEnvironment.step_async`) instead of finishing for nobody.
+CLIENT_GONE: ContextVar[asyncio.Event | None] = ContextVar("tirl_openenv_client_gone", default=None)
 
 
 @dataclass
