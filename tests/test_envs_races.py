@@ -526,6 +526,44 @@ def test_a_step_that_times_out_once_is_run_again():
     assert step is not None and step.final == 8 and calls == [7, 7]
 
 
+def test_a_timeout_swallowed_in_a_finalizer_still_times_the_step_out(monkeypatch):
+    """The timer raises its StepTimeout wherever Python runs the SIGALRM handler. In a
+    `__del__` or a garbage-collector callback Python prints "Exception ignored" and goes on:
+    the step ran on untimed (here a 2 s sleep) and counted as a success. It must still time
+    out: the alarm repeats, and a step it fired in counts as timed out however it returned."""
+    import sys
+    import time
+
+    from tirl.envs.search import StepTimeout, step_timer, try_step
+
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: swallowed.append(u.exc_type))
+
+    class SlowToCollect:
+        def __del__(self):
+            end = time.perf_counter() + 0.2  # the alarm (0.05 s) fires in here
+            while time.perf_counter() < end:
+                pass
+
+    reg = Registry()
+
+    @atomic("slow", SMALL, SMALL, "Add one, after a slow finalizer and a nap.", registry=reg)
+    def finalized(x):
+        SlowToCollect()  # collected at once, by reference counting: __del__ runs here
+        time.sleep(2)
+        return x + 1
+
+    start = time.perf_counter()
+    with step_timer():
+        step = try_step(
+            Chain(7, (), ()), reg.get("slow.finalized"), SearchConfig(step_timeout_s=0.05)
+        )
+    took = time.perf_counter() - start
+    assert StepTimeout in swallowed  # the timer did fire inside __del__, and was swallowed
+    assert step is None, "a step the timer fired in ran on untimed and counted as a success"
+    assert took < 1.5, f"the nap after the swallowed timeout was not cut ({took:.1f} s)"
+
+
 def test_scoring_with_the_checked_states_gives_the_plain_rewards():
     """`score` hands the states its check parsed to the reward, and takes a stored answer line
     that is the stored text itself as the gold value; the rewards without either agree."""

@@ -93,8 +93,37 @@ class StepTimeout(Exception):
     pass
 
 
+class _Alarm:
+    """The state of the step timer. The SIGALRM handler raises StepTimeout in whatever code
+    runs when the signal lands; in a `__del__`, a weakref or garbage-collector callback, or a
+    mapper's own `except Exception`, that exception is swallowed ("Exception ignored in ...")
+    and the step would run on untimed and count as a success. So the alarm repeats until the
+    step ends (a swallowed one is raised again), and a step it fired in counts as timed out
+    however it returned. It raises only while `armed`, so a repeat landing after the step has
+    ended raises nothing."""
+
+    armed = False
+    fired = False
+
+
 def _expire(signum, frame):
-    raise StepTimeout
+    if _Alarm.armed:
+        _Alarm.fired = True
+        raise StepTimeout
+
+
+def _timed_call(mapper, state: Any, timeout: float) -> Any:
+    """`mapper(state)` under the step timer (`_Alarm`); StepTimeout if the alarm fired."""
+    _Alarm.fired, _Alarm.armed = False, True
+    signal.setitimer(signal.ITIMER_REAL, timeout, timeout)  # then again every `timeout`
+    try:
+        out = mapper(state)
+    finally:
+        _Alarm.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    if _Alarm.fired:  # its StepTimeout was swallowed on the way
+        raise StepTimeout
+    return out
 
 
 @contextmanager
@@ -159,16 +188,11 @@ class _Steps:
         for _ in range(2 if timed else 1):
             start = 0.0 if timed else time.perf_counter()
             try:
-                if timed:
-                    signal.setitimer(signal.ITIMER_REAL, timeout)
-                out = env.mapper(state)
+                out = _timed_call(env.mapper, state, timeout) if timed else env.mapper(state)
             except StepTimeout:
                 continue
             except Exception:  # a mapper that raises failed its step
                 return _FAILED, True
-            finally:
-                if timed:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
             keep = timed or time.perf_counter() - start <= timeout
             return (True, out, self._text(env, out)), keep
         return None, False
