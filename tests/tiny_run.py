@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -90,5 +91,6 @@ def temporaries(folder: Path) -> list[Path]:
 
 
 def error_lines(stderr: str) -> list[str]:
-    """The lines of stderr that tirl printed as errors (progress bars aside)."""
-    return [line for line in stderr.splitlines() if line.startswith("tirl: error:")]
+    """The errors tirl printed on stderr, each to the end of its line (progress bars aside: a
+    variant's bar cut short by its process's death can precede an error on its line)."""
+    return re.findall(r"tirl: error:[^\r\n]*", stderr)

@@ -15,6 +15,9 @@ file that looks finished, and two tirl processes never write one folder at once.
   process runs and released by the kernel when it ends however it ends (kill -9 included), so a
   lock is never stale. The file names the holder (pid, host, command, start time) for the
   one-line refusal a second process gets, and which tirl command made the folder (`made_by`).
+  `held_lock_fds()` lists this process's held locks, so that processes it starts to write the
+  same folder (`tirl.train.apart`) can share them: the lock is then held until the last of them
+  ends, and a folder is never taken over while any of its writers lives.
 - `read_whole`: read a file back with a parser, a damaged file reported in one line.
 - `check_plain_name`: a name that must stay one folder level deep.
 
@@ -410,6 +413,20 @@ def read_lock_info(folder: str | Path) -> dict:
         os.close(fd)
 
 
+def _pid_ended(info: dict) -> bool:
+    """True if the named holder ran on this host and has ended (the lock is then held by
+    processes it started: see `held_lock_fds`)."""
+    if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int):
+        return False
+    try:
+        os.kill(info["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, someone else's
+        return False
+    return False
+
+
 def describe_holder(info: dict) -> str:
     if not info.get("pid"):
         return "another process (it has not written its name yet)"
@@ -419,7 +436,20 @@ def describe_holder(info: dict) -> str:
     if info.get("started"):
         details.append(f"started {info['started']}")
     text = f"pid {info['pid']} on {info.get('host', '?')}"
-    return text + (f" ({', '.join(details)})" if details else "")
+    text += f" ({', '.join(details)})" if details else ""
+    if _pid_ended(info):
+        text += "; that process has ended, but processes it started still write there"
+    return text
+
+
+_HELD: set[int] = set()  # descriptors of the folder locks this process holds
+
+
+def held_lock_fds() -> list[int]:
+    """The descriptors of the folder locks this process holds. A process started with a
+    duplicate of one shares the lock (flock belongs to the open file, not the process): the
+    folder stays locked until every holder has ended or closed it."""
+    return sorted(_HELD)
 
 
 class FolderLock:
@@ -432,6 +462,7 @@ class FolderLock:
 
     def release(self) -> None:
         if self._fd is not None:
+            _HELD.discard(self._fd)
             os.close(self._fd)  # closing the last descriptor drops the flock
             self._fd = None
 
@@ -498,4 +529,5 @@ def lock_folder(folder: str | Path, kind: str) -> FolderLock:
         os.close(fd)
         named = as_os_error(e, path)
         raise (named or e) from e
+    _HELD.add(fd)
     return FolderLock(folder, fd, info)

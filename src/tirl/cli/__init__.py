@@ -3,7 +3,7 @@
 parses, loads a config and calls library functions; the envs, synth and verl subcommands add
 their parsers from their own packages. `main` turns user errors into one line and an exit code:
 2 for a bad command line, config or path; 1 for failed samples, a failed weight push, a sandbox
-that cannot start, or a full disk; 130 when interrupted."""
+that cannot start, a variant's process that died, or a full disk; 130 when interrupted."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from tirl.eval.evaluate import FailedSamplesError  # light: no torch
 from tirl.integrations.verl.cli import add_parser as add_verl_parser
 from tirl.sandbox.api import SandboxError
 from tirl.synth.cli import add_synth_parser
+from tirl.train.apart import ChildDied  # light: no torch
 
 __all__ = ["DEFAULT_CONFIG", "DEFAULT_PRESET", "build_parser", "main", "preset_path"]
 
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"tirl: error: {err}", file=sys.stderr)
         return 2
-    except (FailedSamplesError, WeightPushError, SandboxError) as err:
+    except (FailedSamplesError, WeightPushError, SandboxError, ChildDied) as err:
         # results and the last checkpoint are kept; a rerun (--resume) continues from them
         print(f"tirl: error: {_one_line(err)}", file=sys.stderr)
         return 1

@@ -11,7 +11,10 @@ Processes are spawned (a fork would copy the parent's threads' locks), and each 
 failure (an exception in a child, or a child that dies) stops the others and is raised in the
 parent; so is Ctrl-C. A parent killed outright (`kill -9`, the OOM killer) runs none of that,
 so on Linux each child asks the kernel for SIGKILL when its parent dies (`PR_SET_PDEATHSIG`):
-no variant trains on, unseen, after the command is gone.
+no variant trains on, unseen, after the command is gone. Each child also holds a duplicate of
+the parent's folder locks (`tirl.files.held_lock_fds`), so the run folder stays locked until
+the last child has ended: a `--resume` started right after a kill is refused, not run beside
+a dying writer.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
+from multiprocessing.reduction import DupFd
 from typing import Any
+
+from tirl.files import held_lock_fds
 
 
 class ChildDied(RuntimeError):
@@ -45,14 +51,30 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
-def _child(conn: Connection, parent: int, target: Callable[..., Any], args: tuple) -> None:
+def _child(
+    conn: Connection, parent: int, locks: list, target: Callable[..., Any], args: tuple
+) -> None:
     _die_with(parent)
+    for lock in locks:  # held, not closed, until this process ends
+        os.set_inheritable(lock.detach(), False)
     try:
         conn.send(("ok", target(*args)))
     except BaseException as exc:  # sent whole: the parent raises it as it was
         conn.send(("error", exc))
     finally:
         conn.close()
+
+
+def _ending(proc: multiprocessing.process.BaseProcess) -> str:
+    """How a child ended, in words: "killed by SIGKILL (out of memory?)", "exit code 3"."""
+    code = proc.exitcode
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+    return f"exit code {code}"
 
 
 @contextlib.contextmanager
@@ -79,8 +101,11 @@ def run_apart(target: Callable[..., Any], jobs: Sequence[tuple], names: Sequence
         for position, args in enumerate(jobs):
             ours, theirs = spawn.Pipe(duplex=False)
             with _environment(TQDM_POSITION=str(position)):
+                locks = [DupFd(fd) for fd in held_lock_fds()]
                 proc = spawn.Process(
-                    target=_child, args=(theirs, os.getpid(), target, args), name=names[position]
+                    target=_child,
+                    args=(theirs, os.getpid(), locks, target, args),
+                    name=names[position],
                 )
                 proc.start()
             theirs.close()
@@ -95,8 +120,8 @@ def run_apart(target: Callable[..., Any], jobs: Sequence[tuple], names: Sequence
                 except EOFError:
                     procs[i].join()
                     raise ChildDied(
-                        f"{names[i]}: its process ended without a result (exit code"
-                        f" {procs[i].exitcode}; killed, or out of memory?)"
+                        f"{names[i]}: its process ended without a result ({_ending(procs[i])});"
+                        " what it finished is kept: rerun with --resume"
                     ) from None
                 if status == "error":
                     raise value
