@@ -75,6 +75,9 @@ talks over loopback (`RaySandboxPool.start()` calls it when Ray is not initializ
   (a cluster started by `ray start` sends one "disabled" report even when usage stats are off).
 The result was checked by tracing every process's connect/sendto calls while this module's tests
 ran: only 127.0.0.1 appeared.
+A local cluster ends with the process that started it, kill -9 included: Ray's GCS and raylet
+die with it on their own, and `tirl.sandbox._ray_reaper` ends the raylet's agents and workers,
+which would otherwise linger for minutes.
 Sessions inherit none of this: the zygote starts from an allowlist of variables, and each
 session has its own network namespace where that works (see `tirl.sandbox.local`).
 
@@ -109,9 +112,12 @@ import contextlib
 import os
 import re
 import secrets
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -190,6 +196,36 @@ def _loopback_only() -> Iterator[None]:
                 os.environ[k] = v
 
 
+_REAPERS: list[subprocess.Popen] = []  # kept: their stdin pipes must stay open while we live
+
+
+def _raylet_pid() -> int | None:
+    """The pid of the raylet `ray.init` started here (None if Ray's internals changed)."""
+    from ray._private import ray_constants
+
+    try:
+        node = ray._private.worker._global_node
+        return node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+    except (AttributeError, KeyError, IndexError):
+        return None
+
+
+def _reap_when_gone(raylet_pid: int | None) -> None:
+    """Start `tirl.sandbox._ray_reaper`: when this process ends, however it ends, the agents
+    and workers of the local cluster end too, not minutes later (see that module)."""
+    if raylet_pid is None or not sys.platform.startswith("linux"):
+        return
+    script = Path(__file__).with_name("_ray_reaper.py")
+    _REAPERS.append(
+        subprocess.Popen(
+            [sys.executable, "-I", str(script), str(raylet_pid)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C in the terminal is not for it
+        )
+    )
+
+
 def init_local_ray(num_cpus: int | None = None, **ray_init_kwargs: Any) -> None:
     """Start a single-machine Ray cluster that sends nothing outside 127.0.0.0/8.
 
@@ -202,6 +238,7 @@ def init_local_ray(num_cpus: int | None = None, **ray_init_kwargs: Any) -> None:
             _node_ip_address="127.0.0.1",
             **ray_init_kwargs,
         )
+    _reap_when_gone(_raylet_pid())
     address = ray.util.get_node_ip_address()
     if not address.startswith("127."):
         ray.shutdown()
