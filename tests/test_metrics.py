@@ -14,13 +14,13 @@ from tirl.eval.metrics import (
     by_category,
     code_block_stats,
     greedy_accuracy,
-    json_text,
     maj_at_k,
     majority_answer,
     mean_pass_at_k,
     pass_at_k,
     token_efficiency,
 )
+from tirl.files import json_text
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
 from tirl.rewards.toolstats import tool_stats
 

@@ -19,6 +19,7 @@ file that looks finished, and two tirl processes never write one folder at once.
   same folder (`tirl.train.apart`) can share them: the lock is then held until the last of them
   ends, and a folder is never taken over while any of its writers lives.
 - `read_whole`: read a file back with a parser, a damaged file reported in one line.
+- `json_text`: strict JSON (a nan written as null), for every JSON file tirl writes.
 - `check_plain_name`: a name that must stay one folder level deep.
 
 Limits: durability is what fsync and rename give on a local POSIX file system. On network file
@@ -34,13 +35,14 @@ import datetime
 import errno
 import fcntl
 import json
+import math
 import os
 import re
 import shlex
 import shutil
 import socket
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -531,3 +533,20 @@ def lock_folder(folder: str | Path, kind: str) -> FolderLock:
         raise (named or e) from e
     _HELD.add(fd)
     return FolderLock(folder, fd, info)
+
+
+def json_text(value: Any, indent: int | None = 2) -> str:
+    """`value` as strict JSON, a nan or infinite float (a rate with nothing to divide by)
+    written as null: JSON has no NaN, and strict readers (jq, JavaScript, Go) refuse the `NaN`
+    that `json.dumps` writes by default."""
+    return json.dumps(_finite_or_none(value), indent=indent, allow_nan=False)
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

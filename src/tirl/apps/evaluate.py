@@ -32,7 +32,7 @@ import yaml
 from tirl.cliargs import check_model_source
 from tirl.config import ConfigError
 from tirl.eval.evaluate import check_failed_share
-from tirl.files import read_lock_info
+from tirl.files import json_text, read_lock_info
 
 _UNSET = object()
 
@@ -319,7 +319,7 @@ def evaluate_sets(
             paths = _write_set_results(
                 out, results, recorder.trajectories, cfg, tokenizer, title, variant
             )
-    print(json.dumps(results, indent=2))
+    print(json_text(results))
     if out is not None:
         print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     failures = (first_failure(trajs) for trajs in recorder.trajectories.values())
@@ -344,7 +344,7 @@ def _write_set_results(out: Path, results, trajectories, cfg, tokenizer, title, 
 
     out = Path(out)
     paths = [out / "eval.json"]
-    write_text(paths[0], json.dumps(results, indent=2) + "\n")
+    write_text(paths[0], json_text(results) + "\n")
     for name, trajs in trajectories.items():
         paths.append(out / "samples" / f"{name}.jsonl")
         with open_replacing(paths[-1]) as f:

@@ -46,11 +46,10 @@ from tirl.eval.metrics import (
     avg_at_k_ci,
     by_category,
     code_block_stats,
-    json_text,
     majority_answer,
     token_efficiency,
 )
-from tirl.files import JsonlAppender, read_jsonl, write_bytes, write_text
+from tirl.files import JsonlAppender, json_text, read_jsonl, write_bytes, write_text
 from tirl.protocol.segments import Trajectory
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 from tirl.rollout.runner import Rollout, RolloutSettings, trajectory_seed

@@ -5,14 +5,13 @@ Inputs are per-item lists of per-sample results (already verified and normalized
 `tirl.rewards.toolstats.tool_stats` dicts and token counts; these functions only aggregate, so
 they are testable without a model. Answers are compared as given: normalize them (e.g. with
 `tirl.rewards.answer.normalize_integer_answer`) before calling `maj_at_k`. Rates whose
-denominator is 0 are nan, not 0 (as in `aggregate_tool_stats`); `json_text` writes them as null.
+denominator is 0 are nan, not 0 (as in `aggregate_tool_stats`); `tirl.files.json_text` writes them as null.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -291,24 +290,3 @@ def by_category(
     for v, c in zip(values, categories):
         groups.setdefault(UNCATEGORIZED if c is None else c, []).append(v)
     return {c: metric(groups[c]) for c in sorted(groups, key=str)}
-
-
-# ---------------------------------------------------------------------------------------------
-# Metrics as files
-
-
-def json_text(value: Any, indent: int | None = 2) -> str:
-    """`value` as strict JSON, a nan or infinite float (a rate with nothing to divide by)
-    written as null: JSON has no NaN, and strict readers (jq, JavaScript, Go) refuse the `NaN`
-    that `json.dumps` writes by default."""
-    return json.dumps(_finite_or_none(value), indent=indent, allow_nan=False)
-
-
-def _finite_or_none(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _finite_or_none(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_none(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value

@@ -39,9 +39,8 @@ from matplotlib.ticker import MaxNLocator
 
 from tirl.eval import viewer
 from tirl.eval.gains import comparison_cells, gains_cells, other_gains, rl_gains
-from tirl.eval.metrics import json_text
 from tirl.eval.signal import rl_signal_notes
-from tirl.files import write_text
+from tirl.files import json_text, write_text
 from tirl.protocol.segments import Trajectory
 
 VARIANT_ORDER = ("code", "text")

@@ -33,8 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tirl.config import ConfigError, apply_overrides, from_dict, to_dict
-from tirl.eval.metrics import json_text
-from tirl.files import read_jsonl, write_text
+from tirl.files import json_text, read_jsonl, write_text
 from tirl.train.config import RunConfig
 from tirl.train.pipeline import Evaluation, Pipeline, quiet_transformers, seed_everything
 from tirl.train.run_folder import ABLATE_ENTRIES, claim_folder

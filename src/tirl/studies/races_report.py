@@ -58,8 +58,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from tirl.envs.operators import OPERATORS
-from tirl.eval.metrics import json_text
-from tirl.files import read_jsonl, write_bytes, write_text
+from tirl.files import json_text, read_jsonl, write_bytes, write_text
 from tirl.protocol.segments import Trajectory
 from tirl.studies.races_tasks import ARM_SPECS, EVAL_SIZES
 

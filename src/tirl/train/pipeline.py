@@ -69,7 +69,7 @@ from transformers.utils import logging as hf_logging
 from tirl.backends.engine import close_engine
 from tirl.config import ConfigError, dump_yaml, load_config, to_dict
 from tirl.cpu import configure_threads
-from tirl.files import check_plain_name, read_jsonl, replacing, write_text
+from tirl.files import check_plain_name, json_text, read_jsonl, replacing, write_text
 from tirl.models.lora import add_lora
 from tirl.models.saved import load_saved_weights
 from tirl.models.tiny import (
@@ -680,7 +680,7 @@ def _run_in(
         leave_process_group()
         if not dist.is_main:
             return run_dir, {"wall_s": wall_s}
-    write_text(run_dir / "eval.json", json.dumps({**results, "wall_s": wall_s}, indent=2))
+    write_text(run_dir / "eval.json", json_text({**results, "wall_s": wall_s}))
     evaluation.write_report(
         run_dir,
         eval_results=results,
