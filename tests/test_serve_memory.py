@@ -49,6 +49,7 @@ class Steps:
                 "fed": [len(f) for f in feeds],
                 "reserved": engine.kv_reserved,
                 "allocated": engine.kv_allocated,
+                "slots": list(getattr(engine.kv, "row_keys", [])),
             }
         )
         return out
@@ -78,6 +79,15 @@ async def _until(condition, what: str) -> None:
 
 def _ids(tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _assert_full_pass_log_probs(model, prompt: list[int], out) -> None:
+    """`out`'s log-probs are what one pass of `model` over prompt + its ids gives them."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + out.ids])).logits[0].float()
+    expected = torch.log_softmax(logits, -1)[len(prompt) - 1 : -1]
+    picked = expected.gather(1, torch.tensor(out.ids)[:, None])[:, 0]
+    assert torch.allclose(picked, torch.tensor(out.logprobs), atol=1e-4)
 
 
 async def _greedy(engine: HFEngine, key, ids: list[int], max_new_tokens: int, stop=None):
@@ -270,11 +280,40 @@ def test_a_long_prompt_does_not_hold_back_the_tokens_of_rows_already_decoding(
     prefilled = long_first + next(i for i in range(len(fed)) if sum(fed[: i + 1]) == 240)
     assert steps.last_step_of("short") < prefilled  # done before the long one's first token
     # What the chunks computed is what one pass over the whole prompt computes.
-    with torch.no_grad():
-        logits = tiny_model(torch.tensor([long_ids + long.ids])).logits[0].float()
-    expected = torch.log_softmax(logits, -1)[len(long_ids) - 1 : -1]
-    picked = expected.gather(1, torch.tensor(long.ids)[:, None])[:, 0]
-    assert torch.allclose(picked, torch.tensor(long.logprobs), atol=1e-4)
+    _assert_full_pass_log_probs(tiny_model, long_ids, long)
+
+
+def test_rows_decoding_on_both_sides_of_a_prefilling_row_get_a_full_passs_log_probs(
+    tiny_model, tokenizer
+):
+    """Slots a, long, b: while `long` is fed in chunks, a and b decode as one group read over
+    the span of slots around it (no copy of their keys); every token is what a full pass
+    gives it."""
+
+    async def main():
+        engine = HFEngine(tiny_model, tokenizer.eos_token_id, max_batch=8)
+        engine.set_limits(prefill_chunk=8, step_tokens=32)
+        steps = Steps(engine)
+        long_ids, b_ids = [5 + i % 240 for i in range(200)], [10, 11, 12]
+        joined: dict[str, asyncio.Future] = {}
+
+        def on_a_token(new_ids) -> bool:  # a's 1st token: long joins; its 2nd: b joins
+            if len(new_ids) == 1:
+                joined["long"] = asyncio.ensure_future(_greedy(engine, "long", long_ids, 4))
+            if len(new_ids) == 2:
+                joined["b"] = asyncio.ensure_future(_greedy(engine, "b", b_ids, 12))
+            return False
+
+        a = await _greedy(engine, "a", [7, 8, 9], 20, stop=on_a_token)
+        others = await asyncio.wait_for(asyncio.gather(joined["long"], joined["b"]), NO_HANG_S)
+        return a, others, long_ids, b_ids, steps.log
+
+    a, (long, b), long_ids, b_ids, log = asyncio.run(main())
+    fed = [dict(zip(s["keys"], s["fed"])) for s in log]
+    around = [f for f, s in zip(fed, log) if s["slots"] == ["a", "long", "b"] and f["long"] > 1]
+    assert [f for f in around if f["a"] == f["b"] == 1]  # a and b decoding around it
+    for prompt, out in (([7, 8, 9], a), (long_ids, long), (b_ids, b)):
+        _assert_full_pass_log_probs(tiny_model, prompt, out)
 
 
 @pytest.mark.parametrize("stream", [False, True])

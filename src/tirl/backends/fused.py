@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tirl.backends.kv_slots import _keys
+from tirl.backends.kv_slots import _keys, one_query_attention
 
 __all__ = ["FusedSlotForward", "fused_supports"]
 
@@ -238,16 +238,12 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
 def _attention(query, keys, values, plan, scaling: float) -> torch.Tensor:
     """What `slot_attention` computes for packed queries [T, H, Dh]; returns [T, H, Dh]."""
     heads, dim = query.shape[1], query.shape[2]
-    per_kv_head = heads // keys.shape[1]
     parts = []
     for group in plan.groups:
         q = query[group.tokens]  # [Tg, H, Dh]
         k, v = _keys(keys, group), _keys(values, group)  # [G, H_kv, kv_len, Dh]
-        if group.width == 1:  # one query per row: a KV head's query heads are its queries
-            q = q.reshape(q.shape[0], -1, per_kv_head, dim)
-            mask = group.bias(q.dtype)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
-            parts.append(out.reshape(-1, heads, dim))
+        if group.width == 1:
+            parts.append(one_query_attention(q, k, v, group, scale=scaling))
             continue
         if group.at is None:  # one row's chunk: nothing to pad
             mask = group.bias(q.dtype)

@@ -44,8 +44,9 @@ Serving limits (`set_limits`, what `tirl serve` sets; unset, nothing changes for
   overtaken by small ones); one that could never fit is refused (`KVBudgetError`).
 - `prefill_chunk` and `step_tokens`: a prompt (or tool output) is fed at most
   `prefill_chunk` tokens a step, and a step holds at most `step_tokens` tokens (each row
-  feeds at least one), so the rows decoding beside a long prompt get a token every step
-  while it is prefilled, and a cancelled request stops within a step.
+  feeds at least one; a request joins while rows are feeding prompts only if its first
+  chunk fits the next step), so the rows decoding beside a long prompt get a token every
+  step while it is prefilled, and a cancelled request stops within a step.
 
 Memory: when nothing is in flight and no slot holds a sequence not yet released, the KV
 tensors are handed back (`SlotRows.free`, and the heap trimmed), so an idle engine holds
@@ -456,8 +457,15 @@ class HFEngine:
             self._waiting = [r for r in self._waiting if r.key not in self._members]
 
     def _fits(self, req: _Request) -> bool:
-        """Whether `req` may join the batch within `kv_budget`."""
-        return self.kv_budget is None or _dense([*self._active, req]) <= self.kv_budget
+        """Whether `req` may join the batch now: within `kv_budget`, and, while rows are still
+        feeding their prompts, only if the next step has room for its first chunk too (one
+        admitted sooner would hold a row and its memory while it fed a token a step)."""
+        if self.kv_budget is not None and _dense([*self._active, req]) > self.kv_budget:
+            return False
+        if all(len(r.feed) == 1 for r in self._active):
+            return True
+        chunks = sum(min(len(r.feed), self.prefill_chunk) for r in [*self._active, req])
+        return chunks <= self.step_tokens
 
     def _drop_cancelled(self) -> None:
         """Requests whose caller gave up leave the batch, and their caches go."""

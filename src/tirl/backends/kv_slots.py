@@ -105,13 +105,19 @@ class _Group:
 
     tokens: slice  # their tokens in the packed sequence
     rows: torch.Tensor  # [G] long: their slots, ascending
-    span: slice | None  # the same slots as a slice when consecutive (a view, no copy)
+    span: slice | None  # slots read as one view (no copy): these, when consecutive, or see below
     width: int  # the longest chunk: queries are padded to it inside attention
-    mask: torch.Tensor  # [G, 1, width, kv_len] bool
+    mask: torch.Tensor  # [G, 1, width, kv_len] bool ([S, ...] with `in_span`)
     # Chunks of several rows: (row in group, column) per token, where each row's queries go
     # in the padded [G, H, width, D] queries. None for one token per row, or for one row's
     # chunk (its queries are already [1, H, width, D]).
     at: tuple[torch.Tensor, torch.Tensor] | None
+    # One token per row, rows not consecutive (rows feeding chunks sit between them): `span`
+    # covers the S slots from the first row to the last and this is [G] long, each row's
+    # place in it. Attention runs over the whole span, the other slots' queries zero and
+    # their outputs dropped, instead of copying every row's keys and values out (a copy of
+    # the whole cache, each layer of each step, for as long as a long prompt is prefilled).
+    in_span: torch.Tensor | None = None
     _bias: torch.Tensor | None = None
 
     def bias(self, dtype: torch.dtype) -> torch.Tensor:
@@ -130,6 +136,21 @@ class _Plan:
     write_rows: torch.Tensor  # [T] long: the slot of each packed token
     write_positions: torch.Tensor  # [T] long: its position in that slot
     groups: list[_Group]
+
+
+def one_query_attention(query, keys, values, group: _Group, **sdpa) -> torch.Tensor:
+    """Attention of a group that feeds one token per row: query [G, H, D], keys and values
+    [G or S, H_kv, kv_len, D] (`_keys`); returns [G, H, D]. A KV head's query heads are its
+    queries (no key is repeated). `sdpa`: scale, dropout_p."""
+    rows, heads, dim = query.shape
+    q = query.reshape(rows, keys.shape[1], -1, dim)  # [G, H_kv, H / H_kv, D]
+    if group.in_span is not None:  # the span's other slots: zero queries, outputs dropped
+        q = q.new_zeros((keys.shape[0], *q.shape[1:])).index_copy_(0, group.in_span, q)
+    mask = group.bias(q.dtype)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, **sdpa)
+    if group.in_span is not None:
+        out = out.index_select(0, group.in_span)
+    return out.reshape(rows, heads, dim)
 
 
 def _keys(buffer: torch.Tensor, group: _Group) -> torch.Tensor:
@@ -153,17 +174,13 @@ def slot_attention(module, query, key, value, attention_mask, scaling=None, drop
     if unsupported or hasattr(module, "sinks"):
         raise NotImplementedError("slot attention has no sliding window, soft-capping or sinks")
     heads, dim = query.shape[1], query.shape[-1]
-    per_kv_head = heads // key.shape[1]  # query heads sharing one key/value head (GQA)
     sdpa = dict(scale=scaling, dropout_p=dropout)
     parts = []
     for group in plan.groups:
         q = query[0, :, group.tokens].transpose(0, 1)  # [Tg, H, D]
         keys, values = _keys(key, group), _keys(value, group)  # [G, H_kv, kv_len, D]
-        if group.width == 1:  # one query per row: a KV head's query heads are its queries,
-            q = q.reshape(q.shape[0], -1, per_kv_head, dim)  # so no key is repeated
-            mask = group.bias(q.dtype)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, **sdpa)
-            parts.append(out.reshape(-1, heads, dim))
+        if group.width == 1:
+            parts.append(one_query_attention(q, keys, values, group, **sdpa))
             continue
         if group.at is None:  # one row's chunk: nothing to pad
             mask = group.bias(q.dtype)
@@ -558,8 +575,17 @@ class SlotRows:
         slots = [rows[i] for i in members]
         lengths = [len(feeds[i]) for i in members]
         width = max(lengths)
-        past_t = torch.tensor([past[i] for i in members])
+        member_past = [past[i] for i in members]
         kv_len = max(past[i] + len(feeds[i]) for i in members)
+        span, in_span = _span(slots), None
+        if span is None and width == 1:  # attend over the span, around the rows between
+            span = slice(slots[0], slots[-1] + 1)
+            in_span = torch.tensor(slots, device=self.device) - slots[0]
+            span_past = [0] * (span.stop - span.start)  # the others: position 0 (finite)
+            for slot, p in zip(slots, member_past):
+                span_past[slot - span.start] = p
+            member_past = span_past
+        past_t = torch.tensor(member_past)
         at = None
         if width > 1 and len(members) > 1:
             at = (
@@ -571,8 +597,9 @@ class SlotRows:
         return _Group(
             tokens=slice(start, start + sum(lengths)),
             rows=torch.tensor(slots, device=self.device),
-            span=_span(slots),
+            span=span,
             width=width,
             mask=causal_row_mask(past_t, width, kv_len).to(self.device),
             at=at,
+            in_span=in_span,
         )
