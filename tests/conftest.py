@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from side_venv import start_side_suites, stop_side_suites
 from transformers.utils import logging as hf_logging
 
 from tirl.envs.arithmetic import ArithmeticEnv
@@ -54,6 +55,17 @@ SIDE_SUITES: list[str] = []
 def pytest_terminal_summary(terminalreporter) -> None:
     for line in SIDE_SUITES:
         terminalreporter.write_line(line)
+
+
+def pytest_collection_finish(session) -> None:
+    """Start the side suites the selected tests wait for (`side_venv.start_side_suites`)."""
+    start_side_suites(
+        [m.args[0] for item in session.items for m in item.iter_markers("side_suite")]
+    )
+
+
+def pytest_sessionfinish(session) -> None:
+    stop_side_suites()
 
 
 hf_logging.disable_progress_bar()

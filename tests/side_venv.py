@@ -16,15 +16,24 @@ through that path) leaves the outer environment untouched ("outside environment"
 
 Environments for an optional extra of pyproject.toml (`extra_python`) live in the user cache,
 keyed by the extra's pins and the outer environment's site directories, made once and reused.
+
+The side suites (`SUITES`: tests/vllm_cpu, tests/verl, ...) take minutes each, mostly on
+one core, so `tests/conftest.py` starts the selected ones in the background as soon as the
+run's tests are collected (`start_side_suites`, one at a time, with the environment as it was
+then), and each one's test waits for its result (`side_suite`): the main suite runs on
+meanwhile. Nothing runs twice, and a side suite that fails fails its test as before.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import os
 import site
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 try:
@@ -92,25 +101,85 @@ def extra_python(extra: str, remove: tuple[str, ...] = ()) -> Path:
     return python
 
 
-def run_side_suite(
-    extra: str,
-    folder: str,
-    remove: tuple[str, ...] = (),
-    unset: tuple[str, ...] = (),
-    timeout_s: int = 1500,
-) -> str:
-    """Run `tests/<folder>` with `tirl[extra]`'s python (`extra_python`); fail unless every
-    test passed and none was skipped (a side suite is never silently skipped). `unset` names
-    environment variables the side suite must not inherit. Returns pytest's summary line."""
-    python = extra_python(extra, remove)
-    env = {k: v for k, v in os.environ.items() if k not in unset}
+@dataclass(frozen=True)
+class SideSuite:
+    """A folder of tests run with `tirl[extra]`'s python (`extra_python`)."""
+
+    extra: str
+    remove: tuple[str, ...] = ()  # packages the extra pulls in that must not stay
+    unset: tuple[str, ...] = ()  # environment variables the suite must not inherit
+    timeout_s: int = 1500
+    # more environment variables, computed when the suite starts (a model folder)
+    env: Callable[[], dict[str, str]] = field(default=dict)
+
+
+def _smollm2_folder() -> dict[str, str]:
+    from tirl.models.sources import model_folder
+
+    return {"TIRL_SMOLLM2_FOLDER": str(model_folder("smollm2-135m-instruct"))}
+
+
+# vLLM's CPU wheel pulls these in, and they are broken with its torch (docs/vllm.md).
+VLLM_BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
+
+SUITES: dict[str, SideSuite] = {  # longest first: they start in this order
+    "vllm_cpu": SideSuite("vllm-cpu", remove=VLLM_BROKEN_EXTRAS, env=_smollm2_folder),
+    "verl": SideSuite("verl", timeout_s=1200),
+    "openenv_side": SideSuite("openenv", unset=("TIRL_NETGUARD_LOG",)),  # it makes its own
+    "verifiers_side": SideSuite("verifiers"),
+}
+
+_started: dict[str, concurrent.futures.Future] = {}
+_running: set[subprocess.Popen] = set()
+_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="side-suite")
+
+
+def start_side_suites(folders: list[str]) -> None:
+    """Start the side suites in `folders`, one after the other, in the background, each with
+    the environment as it is now (tests monkeypatch it later)."""
+    env = dict(os.environ)
+    for folder in sorted(folders, key=list(SUITES).index):
+        if folder not in _started:
+            _started[folder] = _pool.submit(run_side_suite, folder, env)
+
+
+def side_suite(folder: str) -> str:
+    """The summary line of `tests/<folder>` (started in the background, or run now); fails
+    unless every test passed."""
+    future = _started.pop(folder, None)
+    return future.result() if future is not None else run_side_suite(folder, dict(os.environ))
+
+
+def stop_side_suites() -> None:
+    """Stop what still runs (a run stopped early, by -x or Ctrl-C, does not wait for it)."""
+    for future in _started.values():
+        future.cancel()
+    for proc in list(_running):
+        proc.kill()
+
+
+def run_side_suite(folder: str, env: dict[str, str]) -> str:
+    """Run `tests/<folder>` (its `SUITES` entry) under `env`; fail unless every test
+    passed and none was skipped (a side suite is never silently skipped). Returns pytest's
+    summary line."""
+    suite = SUITES[folder]
+    python = extra_python(suite.extra, suite.remove)
+    env = {k: v for k, v in env.items() if k not in suite.unset}
+    env.update(suite.env())
     env["PYTHONPATH"] = str(ROOT / "src")
-    run = subprocess.run(
+    proc = subprocess.Popen(
         [str(python), "-m", "pytest", f"tests/{folder}", "-o", "addopts=-q", "-p",
          "no:cacheprovider", "-rfE", "--tb=short"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s,
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-3000:]
-    summary = run.stdout.strip().splitlines()[-1]
+    _running.add(proc)
+    try:
+        stdout, stderr = proc.communicate(timeout=suite.timeout_s)
+    finally:
+        proc.kill()
+        proc.wait()
+        _running.discard(proc)
+    assert proc.returncode == 0, stdout[-20000:] + stderr[-3000:]
+    summary = stdout.strip().splitlines()[-1]
     assert " passed" in summary and "skipped" not in summary, summary
     return summary

