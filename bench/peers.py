@@ -96,7 +96,7 @@ TEXT_BEFORE, TOOLS_BEFORE = f"{TEXT} (before)", f"{TOOLS} (before)"
 def run_config(overrides: list[str]):
     from tirl.cli import preset_path
     from tirl.config import load_config
-    from tirl.train.config import RunConfig
+    from tirl.run.config import RunConfig
 
     return load_config(RunConfig, preset_path("quickstart"), overrides)
 

@@ -75,7 +75,7 @@ TRL_NOTE = {"autocast": "bf16=True (autocast, float32 weights)", "weights": "bfl
 def run_config(overrides: list[str]):
     from tirl.cli import preset_path
     from tirl.config import load_config
-    from tirl.train.config import RunConfig
+    from tirl.run.config import RunConfig
 
     return load_config(RunConfig, preset_path(PRESET), overrides)
 

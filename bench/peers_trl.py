@@ -167,9 +167,9 @@ def grpo_main(spec: dict) -> None:
 
     from tirl.protocol.segments import Segment, SegmentKind, Trajectory
     from tirl.rewards.reward import configured_reward
+    from tirl.run.config import RLConfig
     from tirl.tasks import Mixture
     from tirl.tasks.scoring import score_trajectory
-    from tirl.train.config import RLConfig
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()

@@ -36,11 +36,11 @@ from tirl.models.tiny import load_policy, set_gradient_checkpointing  # noqa: E4
 from tirl.protocol import get_protocol  # noqa: E402
 from tirl.protocol.score import Score  # noqa: E402
 from tirl.rollout.runner import Rollout, RolloutSettings  # noqa: E402
+from tirl.run.config import RLConfig  # noqa: E402
 from tirl.tasks.base import Code, Think  # noqa: E402
 from tirl.tasks.demos import demo_trajectory  # noqa: E402
 from tirl.tasks.prompts import PromptRenderer  # noqa: E402
 from tirl.tasks.sources.arithmetic import ArithmeticSource  # noqa: E402
-from tirl.train.config import RLConfig  # noqa: E402
 from tirl.train.rl import RLTrainer  # noqa: E402
 from tirl.train.sft import sft_backward  # noqa: E402
 

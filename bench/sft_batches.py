@@ -24,13 +24,13 @@ import torch
 
 from tirl.envs.arithmetic import ArithmeticEnv
 from tirl.models.tiny import TinyModelSpec, build_model, train_tokenizer
+from tirl.run.config import SFTConfig
 from tirl.synth.arithmetic import (
     code_demonstrations,
     demonstration_texts,
     text_demonstrations,
     text_only_texts,
 )
-from tirl.train.config import SFTConfig
 from tirl.train.sft import length_grouped_batches, train_sft
 
 os.environ.setdefault("TQDM_DISABLE", "1")

@@ -42,7 +42,7 @@ import torch
 from tirl.envs.arithmetic import ArithmeticEnv
 from tirl.models.tiny import TinyModelSpec, build_model, train_tokenizer
 from tirl.synth.arithmetic import code_demonstrations, demonstration_texts
-from tirl.train.config import SFTConfig
+from tirl.run.config import SFTConfig
 from tirl.train.sft import train_sft
 env = ArithmeticEnv()
 tasks = env.items("train", 256)

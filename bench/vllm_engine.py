@@ -57,13 +57,13 @@ from tirl.models.sources import SHIPPED_MODELS, shipped_cache_folder
 from tirl.models.tiny import TinyModelSpec, build_model, load_policy, save_policy, train_tokenizer
 from tirl.protocol import get_protocol
 from tirl.rollout.runner import Rollout, RolloutSettings
+from tirl.run.config import SFTConfig
 from tirl.sandbox import Sandbox, SandboxLimits
 from tirl.tasks import make_source
 from tirl.tasks.base import Code, Think
 from tirl.tasks.demos import demo_segment_texts, demo_trajectory
 from tirl.tasks.prompts import PromptRenderer
 from tirl.train.batch import collate, token_logprobs
-from tirl.train.config import SFTConfig
 from tirl.train.sft import train_sft
 
 SOURCE = make_source({"source": "arithmetic", "kinds": ["product", "mod", "chain"], "digits": 3})

@@ -18,9 +18,9 @@ from tirl.models.sources import SHIPPED_MODELS, installed_member, model_folder
 from tirl.models.tiny import TinyModelSpec, build_model, save_policy, train_tokenizer
 from tirl.protocol.fences import render_code, render_tool_output
 from tirl.protocol.segments import SegmentKind
+from tirl.run.config import SFTConfig
 from tirl.synth.arithmetic import demonstration_texts, text_only_texts, to_trajectory
 from tirl.tasks.sources.arithmetic import ArithmeticSource
-from tirl.train.config import SFTConfig
 from tirl.train.sft import train_sft
 
 

@@ -24,8 +24,8 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from tirl.protocol.segments import Trajectory
+from tirl.run.config import RLConfig
 from tirl.tasks.sources.arithmetic import ArithmeticSource
-from tirl.train.config import RLConfig
 from tirl.train.distributed import (
     DistContext,
     fsdp_policy,

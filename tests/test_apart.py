@@ -19,8 +19,8 @@ from tiny_run import TINY, error_lines, run, start, step_counts, tirl
 
 from tirl.config import load_config
 from tirl.files import FolderInUse, check_unlocked
+from tirl.run.config import RunConfig
 from tirl.train.apart import ChildDied, run_apart
-from tirl.train.config import RunConfig
 
 
 def square_or_fail(x: int, started: Path | None = None) -> int:

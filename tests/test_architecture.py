@@ -61,7 +61,7 @@ BELOW_PIPELINES = {
     "tools",
 }
 PIPELINES = {"train", "eval", "synth"}
-PACKAGES = BELOW_PIPELINES | PIPELINES | {"apps", "studies", "integrations", "cli"}
+PACKAGES = BELOW_PIPELINES | {"run"} | PIPELINES | {"apps", "studies", "integrations", "cli"}
 
 # package -> the other packages it may import (docs/architecture.md, "Layers").
 ALLOWED: dict[str, set[str]] = {
@@ -76,11 +76,13 @@ ALLOWED: dict[str, set[str]] = {
     # tasks -> sandbox: demonstrations run their code and show its output through the one
     # formatter (architecture.md invariant 4); sandbox imports nothing above it, so no cycle.
     "tasks": {"envs", "rewards", "protocol", "sandbox", "tools"},
-    "train": set(BELOW_PIPELINES),
-    "eval": set(BELOW_PIPELINES),
-    "synth": set(BELOW_PIPELINES),
-    "apps": BELOW_PIPELINES | PIPELINES,
-    "studies": BELOW_PIPELINES | PIPELINES,
+    # the run layer: a run's config and the builders every pipeline samples with
+    "run": set(BELOW_PIPELINES),
+    "train": BELOW_PIPELINES | {"run"},
+    "eval": BELOW_PIPELINES | {"run"},
+    "synth": BELOW_PIPELINES | {"run"},
+    "apps": BELOW_PIPELINES | {"run"} | PIPELINES,
+    "studies": BELOW_PIPELINES | {"run"} | PIPELINES,
     "integrations": PACKAGES - {"cli", "integrations", "apps", "studies"},
     "cli": PACKAGES - {"cli"},
 }
@@ -234,6 +236,19 @@ def test_known_violations_are_still_there():
     shrinks to empty instead of hiding a later regression."""
     _, seen = direction_violations()
     assert KNOWN_VIOLATIONS - seen == set(), "fixed; delete from KNOWN_VIOLATIONS"
+
+
+def test_a_runs_config_and_builders_come_from_the_run_layer():
+    """apps, studies, integrations, eval and synth read a run's config and build its parts
+    through `tirl.run`, never through `tirl.train` (issue 44: train is one pipeline, not the
+    run layer of every command)."""
+    moved = ("tirl.train.config", "tirl.train.runtime")
+    bad = [
+        f"{imp.where()}: {imp.source} -> {imp.target} (use tirl.run)"
+        for imp in ALL_IMPORTS
+        if imp.target in moved and package_of(imp.source) != "train"
+    ]
+    assert not bad, "\n".join(bad)
 
 
 def test_nothing_imports_the_command_line():
@@ -393,7 +408,7 @@ def test_the_checker_sees_imports_inside_functions_and_relative_ones():
         "import tirl.config\n"
         "from . import stages\n"
         "from ..eval import metrics\n"
-        "if TYPE_CHECKING:\n    from tirl.train.config import RLConfig\n"
+        "if TYPE_CHECKING:\n    from tirl.run.config import RLConfig\n"
         "def f():\n    from tirl.cli import main\n"
         "try:\n    import tirl.rollout.router as r\nexcept ImportError:\n    pass\n"
         "def g(name):\n    importlib.import_module('tirl.tasks.sources')\n"
@@ -405,14 +420,14 @@ def test_the_checker_sees_imports_inside_functions_and_relative_ones():
         ("tirl.config", 2, True),
         ("tirl.synth.stages", 3, True),
         ("tirl.eval.metrics", 4, True),
-        ("tirl.train.config", 6, False),
+        ("tirl.run.config", 6, False),
         ("tirl.cli", 8, False),
         ("tirl.rollout.router", 10, True),
         ("tirl.tasks.sources", 14, False),
         ("tirl.tools.builtins", 16, True),
     ]
     typing = [i.target for i in imports_of("tirl.synth.pipeline", text) if i.type_checking]
-    assert typing == ["tirl.train.config"]
+    assert typing == ["tirl.run.config"]
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
@@ -461,10 +476,10 @@ def test_a_registrys_readers_hold_its_built_ins_and_the_task_interface_stays_lig
 
 
 # What is built in one place only (architecture.md, "Scale"): the class -> the modules that may
-# construct it. Everything else asks the builder (`tirl.train.runtime`, the engine and sandbox
+# construct it. Everything else asks the builder (`tirl.run.build`, the engine and sandbox
 # transport registries), so a run, an evaluation and a server cannot drift apart.
 BUILT_IN_ONE_PLACE: dict[str, dict[str, str]] = {
-    "RolloutSettings": {"tirl.train.runtime": "phase_settings"},
+    "RolloutSettings": {"tirl.run.build": "phase_settings"},
     "Sandbox": {
         "tirl.sandbox.transports": "the local transport",
         "tirl.sandbox.ray_pool": "the Ray transport's actor runs a local sandbox on its node",

@@ -21,9 +21,9 @@ from tirl.backends.hf import HFEngine
 from tirl.config import ConfigError, load_config
 from tirl.protocol.score import Score
 from tirl.rollout.runner import Rollout
+from tirl.run.config import CurriculumConfig, RLConfig, RunConfig
 from tirl.sandbox import Sandbox
 from tirl.tasks.base import Task
-from tirl.train.config import CurriculumConfig, RLConfig, RunConfig
 from tirl.train.curriculum import (
     BucketView,
     Curriculum,

@@ -28,11 +28,11 @@ from tirl.protocol.segments import Segment, SegmentKind, Trajectory
 from tirl.rewards.reward import REWARDS, make_reward
 from tirl.rollout.engines import ENGINES
 from tirl.rollout.router import Router
+from tirl.run.config import RLConfig, RunConfig
 from tirl.sandbox.config import SANDBOX_TRANSPORTS, make_sandbox
 from tirl.tasks import Mixture, make_source
 from tirl.tasks.registry import SOURCES
 from tirl.train.batch import collate, token_logprobs
-from tirl.train.config import RLConfig, RunConfig
 from tirl.train.update import batch_advantages, minibatch_loss_backward
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -363,7 +363,7 @@ def test_a_registered_engine_is_chosen_by_the_config_with_its_options(
     run_recipe, tiny_model, tokenizer, tmp_path
 ):
     from tirl.models.tiny import save_policy
-    from tirl.train.runtime import engine_for
+    from tirl.run.build import engine_for
 
     recipe = run_recipe("A generation backend")
     save_policy(tiny_model, tokenizer, tmp_path / "model")

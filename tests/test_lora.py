@@ -97,7 +97,7 @@ def test_an_rl_update_moves_the_adapters_only_and_the_engine_takes_them_merged(t
 
     from tirl.backends.hf import HFEngine
     from tirl.rollout.runner import Rollout
-    from tirl.train.config import RLConfig
+    from tirl.run.config import RLConfig
     from tirl.train.rl import RLTrainer
 
     lora, _ = _adapted(tokenizer)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tirl.config import ConfigError, load_config
-from tirl.train.config import RunConfig
+from tirl.run.config import RunConfig
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 

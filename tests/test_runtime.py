@@ -1,4 +1,4 @@
-"""One runtime for every command (`tirl.train.runtime`): `tirl train` runs its code on the
+"""One runtime for every command (`tirl.run.build`): `tirl train` runs its code on the
 transport `sandbox.kind` names, a real `tirl sandbox serve` server or a Ray pool on a local
 cluster, end to end; and a sandbox section that cannot work is one line before any work."""
 

@@ -11,8 +11,8 @@ import pytest
 from tiny_run import TINY, run, train_cmd
 
 from tirl.config import ConfigError, dump_yaml, load_config
+from tirl.run.config import RunConfig
 from tirl.tasks import Mixture
-from tirl.train.config import RunConfig
 from tirl.train.pipeline import Pipeline, first_rl_position
 
 PRODUCT = "{source: arithmetic, kinds: [product]}"

@@ -25,10 +25,10 @@ from tirl.protocol import AGENTMATH_TAGS, CIR_FENCES, PROTOCOLS, Boundary
 from tirl.protocol.segments import SegmentKind
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 from tirl.rollout.runner import Rollout, RolloutSettings
+from tirl.run.config import RunConfig
 from tirl.sandbox import Sandbox, SandboxLimits
 from tirl.tools import TOOLS, disabled_message, tools_prompt, toolset_protocol
 from tirl.tools.shell import format_shell_result
-from tirl.train.config import RunConfig
 
 EXACT, STOP = Boundary.EXACT_MATCH, Boundary.STOP_TOKEN
 BOTH = ("python", "shell")

@@ -11,11 +11,11 @@ from tirl.config import ConfigError, from_dict
 from tirl.protocol.segments import SegmentKind
 from tirl.rollout.limits import budget_at
 from tirl.rollout.runner import Rollout
+from tirl.run.config import RLConfig, SFTConfig
 from tirl.sandbox import Sandbox
 from tirl.synth.arithmetic import code_demonstrations, demonstration_texts, text_demonstrations
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.batch import collate, token_logprobs
-from tirl.train.config import RLConfig, SFTConfig
 from tirl.train.rl import RLTrainer
 from tirl.train.sft import length_grouped_batches, sft_loss, train_sft
 

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 from tirl.cli import build_parser, main
 from tirl.config import Range
+from tirl.run.config import RunConfig
 from tirl.studies.races_study import StudySettings
 from tirl.synth.config import SynthConfig
-from tirl.train.config import RunConfig
 
 # ------------------------------------------------------------------------------- the schemas
 

@@ -35,7 +35,7 @@ from tirl.integrations.verl.config_table import (
     mapping_key,
     unmapped_keys,
 )
-from tirl.train.config import RLConfig, RunConfig
+from tirl.run.config import RLConfig, RunConfig
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "verl"
 A = "actor_rollout_ref.actor"

@@ -25,8 +25,8 @@ from tirl.integrations.verl.curriculum import (
     report_sample,
 )
 from tirl.protocol.score import Score
+from tirl.run.config import CurriculumConfig
 from tirl.tasks.base import Task
-from tirl.train.config import CurriculumConfig
 from tirl.train.curriculum import Curriculum
 
 LEVELS = {"easy": 1.0, "mid": 0.5, "hard": 0.0}  # each bucket's pass rate, known

@@ -169,9 +169,9 @@ def test_a_mixture_survives_parquet_unchanged_and_exports_deterministically(tmp_
 
 def test_a_run_config_exports_its_train_mixture_and_its_eval_sets(tmp_path):
     from tirl.config import load_config
+    from tirl.run.build import eval_sets
+    from tirl.run.config import RunConfig
     from tirl.tasks import Mixture
-    from tirl.train.config import RunConfig
-    from tirl.train.pipeline import eval_sets
 
     config = write_config(
         tmp_path / "run.yaml",

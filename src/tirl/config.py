@@ -596,3 +596,64 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_plain(v) for v in obj]
     return obj
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks that config sections of several packages share
+
+
+def path_problem(path: str) -> str | None:
+    """Why `path` cannot name a file or folder, or None."""
+    if not path.strip():
+        return "must not be empty"
+    return "must be at most 4096 bytes" if len(path.encode()) > 4096 else None
+
+
+def plain_values_problem(params: dict[str, Any]) -> str | None:
+    """Hyper-parameters are plain YAML scalars (or lists of them), numbers finite."""
+
+    def plain(v: Any) -> bool:
+        if isinstance(v, list):
+            return all(plain(x) for x in v)
+        if isinstance(v, float):
+            return v == v and abs(v) != float("inf")
+        return v is None or isinstance(v, (bool, int, str))
+
+    bad = [k for k, v in params.items() if not plain(v)]
+    if bad:
+        return f"must map names to numbers, strings or lists of them ({bad[0]!r} does not)"
+    return None
+
+
+def keyword_params(fn: Any, reserved: tuple[str, ...] = ()) -> tuple[list[str], bool]:
+    """(the keyword parameters `fn` takes besides `reserved`, whether it takes any keyword)."""
+    import inspect
+
+    names, any_keyword = [], False
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            any_keyword = True
+        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in reserved:
+            names.append(p.name)
+    return names, any_keyword
+
+
+def check_keyword_params(
+    key: str,
+    params: dict[str, Any],
+    fn: Any,
+    what: str,
+    reserved: tuple[str, ...] = (),
+    dedicated: dict[str, str] | None = None,
+) -> None:
+    """ConfigError unless every name in `params` is a keyword parameter of `fn` that no
+    dedicated config field already sets."""
+    names, any_keyword = keyword_params(fn, reserved)
+    for name in params:
+        if dedicated and name in dedicated:
+            raise ConfigError(f"{key}.{name}: set {dedicated[name]} instead", f"{key}.{name}")
+        if name in names or (any_keyword and name not in reserved):
+            continue
+        accepted = [n for n in names if not dedicated or n not in dedicated]
+        takes = f"accepted: {', '.join(accepted)}" if accepted else "it takes none"
+        raise ConfigError(f"{key}.{name} is not a parameter of {what} ({takes})", f"{key}.{name}")

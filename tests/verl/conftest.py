@@ -24,10 +24,10 @@ from tirl.backends.hf import HFEngine
 from tirl.integrations.verl.data import PromptSettings, rl_schema, task_rows, write_parquet
 from tirl.models.tiny import TinyModelSpec, build_model, save_policy, train_tokenizer
 from tirl.protocol.fences import CIR_FENCES
+from tirl.run.config import SFTConfig
 from tirl.tasks import make_source
 from tirl.tasks.base import Code, Think
 from tirl.tasks.demos import demo_trajectory
-from tirl.train.config import SFTConfig
 from tirl.train.sft import train_sft
 
 # One intra-op thread: on a machine whose cores are busy, two threads contending make the tiny

@@ -17,7 +17,7 @@ import pytest
 from tirl.config import load_config, to_dict
 from tirl.integrations.verl import require_verl
 from tirl.integrations.verl.config import run_config_from_verl, translate, verl_items
-from tirl.train.config import RunConfig
+from tirl.run.config import RunConfig
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "verl"
 SECTIONS = {  # translated key prefix -> the verl config node converted to a dataclass

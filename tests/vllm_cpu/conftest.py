@@ -20,12 +20,12 @@ from tirl.backends.hf import HFEngine
 from tirl.backends.vllm import VLLMEngine
 from tirl.models.tiny import TinyModelSpec, build_model, save_policy, train_tokenizer
 from tirl.protocol import get_protocol
+from tirl.run.config import SFTConfig
 from tirl.sandbox import Sandbox, SandboxLimits
 from tirl.tasks import make_source
 from tirl.tasks.base import Code, Think
 from tirl.tasks.demos import demo_segment_texts, demo_trajectory
 from tirl.tasks.prompts import PromptRenderer
-from tirl.train.config import SFTConfig
 from tirl.train.sft import train_sft
 
 # One intra-op thread: vLLM's engine and the HF reference share two cores.

@@ -19,9 +19,9 @@ from tirl.config import load_config
 from tirl.models.tiny import load_policy
 from tirl.protocol.segments import Trajectory
 from tirl.rollout.runner import Rollout
+from tirl.run.build import eval_settings
+from tirl.run.config import RunConfig
 from tirl.sandbox.config import make_sandbox
-from tirl.train.config import RunConfig
-from tirl.train.runtime import eval_settings
 
 OVERRIDES = [
     "variants=[code]",

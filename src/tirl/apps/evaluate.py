@@ -2,7 +2,7 @@
 model, a hub name, or OpenAI-compatible servers, evaluated on the config's data.eval sets
 (`evaluate_sets`) or on the benchmarks `tirl.eval.benchmark_eval.benchmark_tasks` reads,
 resumably (`eval_benchmarks`). The sandbox, the engine and the rollout settings come from
-`tirl.train.runtime`, as in training.
+`tirl.run.build`, as in training.
 
 One road for both: MODEL (a server's --tokenizer) is the config's `model.name_or_path` before
 the config is checked (`eval_overrides`), so every check sees the model that is loaded (a
@@ -222,13 +222,13 @@ def eval_policy(args: argparse.Namespace, cfg):
 
 @contextlib.asynccontextmanager
 async def _eval_rollout(cfg, model, tokenizer, eos_id: int):
-    """The sandbox and engine of `tirl eval` (`tirl.train.runtime`), closed on leaving."""
+    """The sandbox and engine of `tirl eval` (`tirl.run.build`), closed on leaving."""
     from tirl.backends.engine import close_engine
     from tirl.rollout.runner import Rollout
-    from tirl.train import runtime
+    from tirl.run import build
 
-    async with runtime.sandbox_for(cfg) as sandbox:
-        engine = runtime.engine_for(cfg, model, tokenizer, eos_id)
+    async with build.sandbox_for(cfg) as sandbox:
+        engine = build.engine_for(cfg, model, tokenizer, eos_id)
         try:
             yield Rollout(engine, tokenizer, sandbox)
         finally:
@@ -262,8 +262,8 @@ class _Recorder:
 def _renderer(cfg, tokenizer):
     """Prompts as training renders them: `prompt.chat` (null: the tokenizer's chat template
     when it has one) and `prompt.system`, in the run's protocol."""
+    from tirl.run.build import run_protocol
     from tirl.tasks.prompts import PromptRenderer
-    from tirl.train.runtime import run_protocol
 
     return PromptRenderer(
         tokenizer, run_protocol(cfg), system=cfg.prompt.system, chat=cfg.prompt.chat
@@ -286,9 +286,8 @@ def evaluate_sets(
     `samples/<set>.jsonl` (every trajectory of both passes), `report.md` / `report.html` and
     `viewer.html`; all of them written again by a rerun."""
     from tirl.eval.evaluate import evaluate_policy, first_failure
+    from tirl.run.build import eval_sets, eval_settings
     from tirl.tasks import Mixture
-    from tirl.train.pipeline import eval_sets
-    from tirl.train.runtime import eval_settings
 
     sets = eval_sets(cfg, Mixture.from_entries(cfg.data.train, "data.train", cfg.seed))
     renderer = _renderer(cfg, tokenizer)
@@ -370,7 +369,7 @@ def eval_benchmarks(args, cfg, model, tokenizer, items) -> int:
     """`tirl eval MODEL --benchmark ...`: resumable benchmark evaluation with the tool loop, in
     a locked --out folder; exit code 1 when too many samples failed (a rerun retries them)."""
     from tirl.eval.benchmark_eval import benchmark_metrics, run_benchmark, write_benchmark_report
-    from tirl.train.runtime import rollout_settings
+    from tirl.run.build import rollout_settings
 
     k = 1 if args.temperature == 0 else args.k
     renderer = _renderer(cfg, tokenizer)

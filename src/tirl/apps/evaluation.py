@@ -10,7 +10,7 @@ from tirl.eval.evaluate import check_failed_share, evaluate_policy, first_failur
 from tirl.eval.gains import gains_text, other_gains, rl_gains
 from tirl.eval.report import format_summary_table, read_metrics, summary_rows, write_report
 from tirl.eval.signal import rl_signal_notes
-from tirl.train.pipeline import Evaluation
+from tirl.run.evaluation import Evaluation
 
 
 def summary(results: dict, run_dir: Path) -> str:

@@ -22,7 +22,7 @@ def preset_path(name: str) -> Path:
 
 
 def load_run_config(path: str | None, overrides: list[str]):
-    from tirl.train.config import RunConfig
+    from tirl.run.config import RunConfig
 
     return load_config(RunConfig, path or preset_path(DEFAULT_PRESET), overrides)
 

@@ -34,8 +34,8 @@ def _print_registered() -> None:
 
 def cmd_config(args: argparse.Namespace) -> int:
     if args.keys:
+        from tirl.run.config import RunConfig
         from tirl.tasks.registry import SOURCES, source_names
-        from tirl.train.config import RunConfig
 
         if args.config or args.overrides:  # its plugins' entries are listed too
             load_run_config(args.config, args.overrides)

@@ -149,7 +149,7 @@ def make_reward(name: str, **params: float) -> Reward:
 
 def configured_reward(name: str, params: Mapping[str, Any]) -> Callable[[Trajectory], float]:
     """The reward called `name` with its parameters `params` (`rl.reward` and what the run's
-    config gives it: `tirl.train.config.RLConfig.reward_kwargs`), as a function of a scored
+    config gives it: `tirl.run.config.RLConfig.reward_kwargs`), as a function of a scored
     trajectory: its correctness (`traj.correct`), its tool statistics and its task's own
     reward in [0, 1] (`traj.score.reward`; `task` pays that: partial credit where the task
     gives it). Plain values in, so the trainer and the verl plugin share it without this

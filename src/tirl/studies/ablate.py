@@ -34,10 +34,11 @@ from pathlib import Path
 
 from tirl.config import ConfigError, apply_overrides, from_dict, to_dict
 from tirl.files import json_text, read_jsonl, write_text
-from tirl.train.config import RunConfig
-from tirl.train.pipeline import Evaluation, Pipeline, quiet_transformers, seed_everything
+from tirl.run.build import sandbox_for
+from tirl.run.config import RunConfig
+from tirl.run.evaluation import Evaluation
+from tirl.train.pipeline import Pipeline, quiet_transformers, seed_everything
 from tirl.train.run_folder import ABLATE_ENTRIES, claim_folder
-from tirl.train.runtime import sandbox_for
 
 CIR = ["rl.advantage=reinforce++", "rl.reward=binary"]  # CIR's estimator and +1 / -1 reward
 

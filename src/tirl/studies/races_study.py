@@ -50,6 +50,9 @@ from tirl.envs.dataset import write_tasks
 from tirl.envs.operators import OPERATORS, OperatorTask
 from tirl.files import write_text
 from tirl.models.tiny import is_saved_policy
+from tirl.run.build import sandbox_for
+from tirl.run.config import RunConfig, SFTStage
+from tirl.run.evaluation import Evaluation
 from tirl.studies.races_tasks import (
     ARMS,
     CURRICULUM_ARMS,
@@ -58,16 +61,13 @@ from tirl.studies.races_tasks import (
     choose_pool,
     study_tasks,
 )
-from tirl.train.config import RunConfig, SFTStage
 from tirl.train.pipeline import (
-    Evaluation,
     Pipeline,
     flat_keys,
     quiet_transformers,
     seed_everything,
 )
 from tirl.train.run_folder import claim_folder
-from tirl.train.runtime import sandbox_for
 
 STUDY_ENTRIES: tuple[str, ...] = (
     r"tasks",

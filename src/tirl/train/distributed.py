@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from tirl.train.config import RLConfig
+from tirl.run.config import RLConfig
 from tirl.train.update import Shard, mark_computes_in_bf16
 
 if TYPE_CHECKING:

@@ -57,10 +57,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -87,15 +84,16 @@ from tirl.plugins import load_plugins
 from tirl.protocol import Protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rollout.runner import Rollout, RolloutSettings
+from tirl.run import build
+from tirl.run.build import eval_sets, run_protocol
+from tirl.run.config import RunConfig
+from tirl.run.evaluation import Evaluation
 from tirl.sandbox import SandboxClient
 from tirl.tasks import Mixture, Task
 from tirl.tasks.base import Code
 from tirl.tasks.demos import demo_segment_texts, demo_trajectory, run_demo_codes
 from tirl.tasks.prompts import PLAIN_TEMPLATE, PromptRenderer
-from tirl.tasks.registry import eval_set_tasks
-from tirl.train import runtime
 from tirl.train.apart import run_apart
-from tirl.train.config import RunConfig
 from tirl.train.curriculum import check_bucket_fields
 from tirl.train.distributed import (
     DistContext,
@@ -108,7 +106,6 @@ from tirl.train.distributed import (
 from tirl.train.metrics import MetricsLogger
 from tirl.train.rl import RLTrainer
 from tirl.train.run_folder import run_folder
-from tirl.train.runtime import run_protocol
 from tirl.train.sft import train_sft, train_sft_stages
 
 # The tokenizer's texts: train items far past any run's for sources that make an item at any
@@ -116,22 +113,6 @@ from tirl.train.sft import train_sft, train_sft_stages
 # always been trained on these); other sources generate or read in order, so their first items.
 TOKENIZER_CORPUS_START = 10**7
 FAR_CORPUS_SOURCES = ("arithmetic",)
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """What the pipeline needs from `tirl.eval`, handed in by the caller (train never imports
-    eval). `evaluate_policy(rollout, tasks, settings, prompt_ids, samples_per_item, temperature,
-    label, seed=)` -> (metrics, greedy trajectories); `first_failure(trajectories)` -> what went
-    wrong in the first failed one; `check_failed_share(failed, total, max_share, where, rerun)`
-    raises when too many samples failed; `write_report(run_dir, eval_results=,
-    metrics_path=, samples=, config=, tokenizer=, title=)`; `summary_table(results, run_dir)` -> text."""
-
-    evaluate_policy: Callable[..., Awaitable[tuple[dict, list[Trajectory]]]]
-    check_failed_share: Callable[..., None]
-    first_failure: Callable[[list[Trajectory]], str]
-    write_report: Callable[..., Any]
-    summary_table: Callable[[dict, Path], str]
 
 
 def seed_everything(seed: int) -> None:
@@ -228,11 +209,6 @@ def drop_records(logger: MetricsLogger, variant: str, phase: str, from_step: int
     logger.keep_only(keep)
 
 
-def eval_sets(cfg: RunConfig, mixture: Mixture) -> dict[str, list[Task]]:
-    """The tasks of every `data.eval` set, by name (`tirl.tasks.registry.eval_set_tasks`)."""
-    return eval_set_tasks(cfg.data.eval, mixture, cfg.seed)
-
-
 class Pipeline:
     """The pipeline, phase by phase. With `resume`, finished phases are loaded from the run
     folder instead of being run again (a finished SFT or RL checkpoint, a finished
@@ -313,7 +289,7 @@ class Pipeline:
     async def run(self, tokenizer=None) -> dict:
         cfg = self.cfg
         # The sandbox first: an unreachable server or cluster is one line before any work.
-        async with runtime.sandbox_for(cfg) as sandbox:
+        async with build.sandbox_for(cfg) as sandbox:
             self.prepare(tokenizer)
             for variant in cfg.variants:
                 await self.run_variant(variant, sandbox)
@@ -354,9 +330,9 @@ class Pipeline:
         return self.renderer.prompt_ids(task.problem)
 
     def rollout_for(self, variant: str, model, sandbox: SandboxClient, use_tools: bool) -> Rollout:
-        """The run's engine over `model` (`tirl.train.runtime`); an engine that serves a saved
+        """The run's engine over `model` (`tirl.run.build`); an engine that serves a saved
         model starts from `model` saved in `<variant>/engine_policy`."""
-        return runtime.rollout_for(
+        return build.rollout_for(
             self.cfg,
             model,
             self.tokenizer,
@@ -551,7 +527,7 @@ class Pipeline:
 
     # ------------------------------------------------------------------ evaluation
     def eval_settings(self, use_tools: bool, cfg: RunConfig) -> RolloutSettings:
-        return runtime.eval_settings(cfg, use_tools)  # in the protocol the policy learned
+        return build.eval_settings(cfg, use_tools)  # in the protocol the policy learned
 
     async def evaluate(
         self, variant: str, phase: str, rollout: Rollout, use_tools: bool, cfg: RunConfig

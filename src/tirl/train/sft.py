@@ -17,8 +17,8 @@ from tirl.algos.losses import agg_loss
 from tirl.cpu import pace
 from tirl.models.lora import trainable_parameters
 from tirl.protocol.segments import Trajectory
+from tirl.run.config import SFTConfig
 from tirl.train.batch import collate, token_logprobs
-from tirl.train.config import SFTConfig
 from tirl.train.metrics import MetricsLogger, peak_rss_gb
 
 

@@ -142,12 +142,12 @@ from tirl.rewards.reward import configured_reward  # noqa: E402
 from tirl.rewards.toolstats import tool_stats  # noqa: E402
 from tirl.rollout.limits import budget_at, is_truncated  # noqa: E402
 from tirl.rollout.runner import Rollout  # noqa: E402
+from tirl.run.build import rollout_settings  # noqa: E402
+from tirl.run.config import RunConfig  # noqa: E402
 from tirl.sandbox import SandboxClient  # noqa: E402
 from tirl.sandbox.config import SandboxConfig, make_sandbox  # noqa: E402
 from tirl.tasks.scoring import score_trajectory  # noqa: E402
 from tirl.tools import toolset_protocol  # noqa: E402
-from tirl.train.config import RunConfig  # noqa: E402
-from tirl.train.runtime import rollout_settings  # noqa: E402
 
 AGENT_LOOP_YAML = (
     f"- name: {AGENT_LOOP_NAME}\n  _target_: tirl.integrations.verl.agent_loop.TirlAgentLoop\n"

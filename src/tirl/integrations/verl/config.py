@@ -1,4 +1,4 @@
-"""`tirl verl config`: a tirl run config (`tirl.train.config.RunConfig`) as Hydra overrides of
+"""`tirl verl config`: a tirl run config (`tirl.run.config.RunConfig`) as Hydra overrides of
 verl 0.9.1's `ppo_trainer` config, for `python -m verl.trainer.main_ppo`.
 
 Every key of `RunConfig` has a row in `MAPPING`: the verl keys it sets, or the written reason
@@ -68,7 +68,7 @@ from tirl.integrations.verl.config_table import (
     TIRL_SECTION,
 )
 from tirl.models.sources import model_folder
-from tirl.train.config import RunConfig
+from tirl.run.config import RunConfig
 
 VERL_ENTRYPOINT = "verl.trainer.main_ppo"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tirl.integrations.verl import AGENT_LOOP_NAME
-from tirl.train.config import RunConfig
+from tirl.run.config import RunConfig
 
 # Imported by verl's HFModelConfig (`model.external_lib`) in every process that builds the
 # model config -- the agent-loop workers and the trainer: it registers tirl's loop.

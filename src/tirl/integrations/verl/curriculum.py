@@ -53,7 +53,7 @@ from torch.utils.data import Dataset
 from tirl.config import ConfigError, from_dict
 from tirl.files import JsonlAppender
 from tirl.integrations.verl.data import task_of_row
-from tirl.train.config import CurriculumConfig
+from tirl.run.config import CurriculumConfig
 from tirl.train.curriculum import Curriculum
 
 SECTION = "data.tirl_curriculum"  # the verl config keys the dataset reads (`tirl verl config`)

@@ -307,7 +307,7 @@ class TaskSet:
 
 def run_config(path: str | Path, overrides: Sequence[str] = ()):
     """A tirl run config (`tirl train`'s), checked as `tirl train` checks it."""
-    from tirl.train.config import RunConfig
+    from tirl.run.config import RunConfig
 
     return load_config(RunConfig, path, overrides)
 
