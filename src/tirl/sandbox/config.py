@@ -29,6 +29,7 @@ import tirl.sandbox.transports  # noqa: F401  (registers the built-in transports
 from tirl.config import ConfigError, setting
 from tirl.sandbox.api import SandboxClient
 from tirl.sandbox.formatter import SHOWN_OUTPUT_CHARS
+from tirl.sandbox.limits import DEFAULT_PRELOAD, SandboxLimits
 from tirl.sandbox.registration import SANDBOX_TRANSPORTS, SandboxFactory
 
 __all__ = [
@@ -39,9 +40,6 @@ __all__ = [
     "make_sandbox",
     "modules_problem",
 ]
-
-# The modules every session starts with already imported (copy-on-write from the zygote).
-DEFAULT_PRELOAD = ("math", "fractions", "itertools")
 
 
 def modules_problem(modules: list[str]) -> str | None:
@@ -124,8 +122,6 @@ class SandboxConfig:
 
     def limits(self):
         """These settings as `tirl.sandbox.SandboxLimits` (what a local sandbox enforces)."""
-        from tirl.sandbox.local import SandboxLimits
-
         return SandboxLimits(
             timeout_s=self.timeout_s,
             memory_mb=self.memory_mb,

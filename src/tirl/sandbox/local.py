@@ -117,325 +117,24 @@ import shutil
 import signal
 import socket
 import sys
-import time
-from dataclasses import asdict, dataclass
+import warnings
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tirl.sandbox._wire import HEADER, MAX_FRAME, decode, encode
-from tirl.sandbox.api import SandboxClient, SandboxError, SessionBase
-from tirl.sandbox.result import ExecResult, Status
+from tirl.sandbox._wire import encode
+from tirl.sandbox.api import SandboxClient, SandboxError
+from tirl.sandbox.limits import MATH_PRELOAD, SYMPY_WARMUP, SandboxLimits
+from tirl.sandbox.local_session import EXIT_WAIT_S, Session, describe_exit, read_frame
 
-DEFAULT_PRELOAD = (
-    "math",
-    "cmath",
-    "fractions",
-    "decimal",
-    "itertools",
-    "functools",
-    "collections",
-    "random",
-    "statistics",
-    "numpy",
-    "sympy",
-)
-# Run once in the zygote when sympy is preloaded, so sessions inherit sympy's caches warm: a
-# session's first sympy cell then costs milliseconds instead of tens of them, and the cache
-# pages are shared copy-on-write instead of being rebuilt in every session.
-SYMPY_WARMUP = """
-from sympy import (Rational, factor, expand, factorint, integrate, isprime, simplify, sin, cos,
-                   solve, sqrt, symbols, binomial, Matrix, nsimplify, diff, limit, oo, series)
-x, y = symbols("x y")
-factor(expand((x + 3) ** 6 - 1)); solve(x**2 - 5 * x + 6, x); simplify(sin(x)**2 + cos(x)**2)
-integrate(x**2 * sin(x), x); diff(x**3 * y, x); limit(sin(x) / x, x, 0); series(sin(x), x, 0, 6)
-Rational(3, 7) + Rational(1, 3); sqrt(8); isprime(1009); factorint(360); binomial(10, 3)
-Matrix([[1, 2], [3, 4]]).det(); nsimplify(0.5)
-"""
-# Variables of the caller the zygote may see (it needs them to find Python packages).
 ZYGOTE_ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH")
 START_TIMEOUT_S = 120.0  # zygote start, including preload imports
 SESSION_START_TIMEOUT_S = 30.0  # from the fork request leaving the queue to the session's ready
-# A session between cells only waits for the next one; if it has not even read a cell after
-# this long, it is stopped or starved beyond use (not counted against the cell's timeout).
-CELL_START_TIMEOUT_S = 30.0
 SIGNAL_ACK_S = 30.0  # bound on waiting for the zygote to confirm it delivered an interrupt
-REPLY_WAIT_S = 30.0  # bound on reading a result whose first bytes have arrived
-EXIT_WAIT_S = 2.0  # how long to wait for the zygote to report a session's exit status
 # Sessions starting at once (fork requests in flight until the session says it is ready). The
 # zygote forks one at a time anyway; each child then sets up its namespaces and mounts, which
 # is kernel work on the machine's cores, so a few per core keep them busy without a backlog.
 DEFAULT_MAX_STARTING = max(4, 2 * (os.cpu_count() or 1))
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Per-session limits.
-
-    timeout_s: wall clock per cell, counted from the moment the session has read the cell (time
-        the request waited for a fork slot, the control socket or the CPU before that is not
-        charged). On expiry the session's process group gets SIGINT (KeyboardInterrupt inside
-        the cell, the namespace survives); if the cell has not answered `grace_s` after the
-        interrupt was delivered, the session is killed and becomes dead.
-    memory_mb: RLIMIT_DATA of the session (heap and private mappings, including what it inherits
-        from the zygote's preloaded modules). Exceeding it raises MemoryError -> Status.MEMORY.
-    capture_chars: per stream and cell; the first and last halves are kept.
-    cpu_s: optional RLIMIT_CPU: CPU seconds over the session's whole lifetime (all cells, all
-        threads; a fork of a session starts again from 0). Exceeding it kills the session and
-        the cell returns Status.TIMEOUT. Each process the session starts has its own allowance
-        of the same size (rlimits are per process); `kill_background` ends those after each cell.
-    grace_s: time between the delivered SIGINT and the kill.
-    file_size_mb: RLIMIT_FSIZE: the largest file a cell may write (also bounds fd 1/2 capture).
-    max_open_files: RLIMIT_NOFILE.
-    max_processes: RLIMIT_NPROC: processes and threads of a session and its forks together,
-        the session itself included (binding only where sessions run as their own uid or in
-        their own user namespace; see the module docstring).
-    disk_mb: size of the session's private /tmp (its working directory lives there).
-    kill_background: when a cell returns, kill every process it started that is still running
-        (subprocess.Popen, os.fork, double forks and setsid included), so nothing outlives its
-        cell and uses CPU afterwards. Turn off only for code that must keep a process across
-        cells (a multiprocessing pool); then such processes live until the session closes.
-        The session also reaps the cell's children, so a Popen object kept for a later cell
-        reports returncode 0 for a process it had not waited for (Python's answer to ECHILD).
-    """
-
-    timeout_s: float = 5.0
-    memory_mb: int = 1024
-    capture_chars: int = 8192
-    cpu_s: int | None = None
-    grace_s: float = 0.5
-    file_size_mb: int = 64
-    max_open_files: int = 256
-    max_processes: int = 32
-    disk_mb: int = 64
-    kill_background: bool = True
-
-    def __post_init__(self) -> None:
-        positive = ("timeout_s", "memory_mb", "capture_chars", "grace_s", "file_size_mb")
-        for name in (*positive, "max_open_files", "max_processes", "disk_mb"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}")
-        if self.cpu_s is not None and (not isinstance(self.cpu_s, int) or self.cpu_s <= 0):
-            raise ValueError(
-                f"SandboxLimits.cpu_s must be a positive int or None, got {self.cpu_s!r}"
-            )
-        if not isinstance(self.kill_background, bool):
-            raise ValueError(
-                f"SandboxLimits.kill_background must be True or False, got {self.kill_background!r}"
-            )
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "exit status unknown"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = "unknown signal"
-        return f"killed by signal {-code} ({name})"
-    return f"exit code {code}"
-
-
-async def _read_frame(reader: asyncio.StreamReader) -> dict[str, Any]:
-    (n,) = HEADER.unpack(await reader.readexactly(HEADER.size))
-    if n > MAX_FRAME:
-        raise ValueError(f"frame of {n} bytes exceeds the limit")
-    return decode(await reader.readexactly(n))
-
-
-class Session(SessionBase):
-    """One stateful interpreter process. Create with `await sandbox.session()`.
-
-    `run` calls on one session are serialized; run many sessions concurrently instead.
-    Cancelling a `run` mid-cell kills the session (its state would be inconsistent).
-    """
-
-    def __init__(
-        self,
-        sandbox: Sandbox,
-        sid: str,
-        pid: int,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        sock: socket.socket,
-        isolation: dict[str, Any],
-    ) -> None:
-        self.id = sid
-        self.history: list[str] = []
-        self.pid = pid
-        self.isolation = isolation  # what the session process could isolate; see the docstring
-        self._sandbox = sandbox
-        self._generation = sandbox._generation  # which zygote forked it (pids are per zygote)
-        self._reader = reader
-        self._writer = writer
-        self._sock = sock  # the socket under reader/writer: a fork request sends an fd with it
-        self._lock = asyncio.Lock()
-        self._dead_reason: str | None = None
-        self._closed = False
-
-    @property
-    def alive(self) -> bool:
-        return self._dead_reason is None
-
-    @property
-    def net_isolated(self) -> bool:
-        return bool(self.isolation.get("net"))
-
-    async def _execute(self, code: str, timeout_s: float | None) -> ExecResult:
-        timeout = self._sandbox.limits.timeout_s if timeout_s is None else timeout_s
-        if not self.alive:
-            return ExecResult(Status.KILLED, detail=self._dead_reason or "")
-        async with self._lock:
-            if not self.alive:
-                return ExecResult(Status.KILLED, detail=self._dead_reason or "")
-            return await self._run_locked(code, timeout)
-
-    async def _run_locked(self, code: str, timeout: float) -> ExecResult:
-        start = time.monotonic()
-        loop = asyncio.get_running_loop()
-        started, replying = loop.create_future(), loop.create_future()
-        read = asyncio.ensure_future(self._exchange(code, started, replying))
-        interrupted = False
-        try:
-            # The timeout counts from the moment the session has read the cell, so a loaded
-            # machine's scheduling delay before that is not charged to the cell.
-            await asyncio.wait(
-                {read, started}, timeout=CELL_START_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
-            )
-            if not read.done() and not started.done():
-                read.cancel()
-                self._kill("it did not start a cell in time; all variables are lost")
-                return ExecResult(
-                    Status.TIMEOUT,
-                    duration_s=time.monotonic() - start,
-                    timeout_s=timeout,
-                    detail=f"the session did not start the cell within {CELL_START_TIMEOUT_S:g} s",
-                )
-            if not read.done():
-                await asyncio.wait({read}, timeout=timeout)
-            if not read.done():
-                interrupted = True
-                # The grace period starts once the zygote has delivered the interrupt, not when
-                # it was queued: a busy control channel must not turn a timeout into a kill.
-                await self._sandbox._interrupt(self)
-                await asyncio.wait({read}, timeout=self._sandbox.limits.grace_s)
-                if not read.done() and await self._reply_on_its_way(replying):
-                    await asyncio.wait({read}, timeout=REPLY_WAIT_S)
-            if not read.done():
-                read.cancel()
-                self._kill(
-                    "it was killed after an earlier cell ignored the timeout interrupt;"
-                    " all variables are lost"
-                )
-                return ExecResult(
-                    Status.TIMEOUT,
-                    duration_s=time.monotonic() - start,
-                    timeout_s=timeout,
-                    detail="the cell ignored the interrupt and the session was killed",
-                )
-        except asyncio.CancelledError:
-            read.cancel()
-            self._kill("a run was cancelled while a cell was executing; all variables are lost")
-            raise
-
-        try:
-            msg = read.result()
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
-            return await self._died(start)
-        duration = time.monotonic() - start
-        status = {"ok": Status.OK, "error": Status.ERROR, "memory": Status.MEMORY}[msg["status"]]
-        if interrupted and msg.get("interrupted"):
-            status = Status.TIMEOUT
-        detail = ""
-        if status is Status.MEMORY:
-            limit = self._sandbox.limits.memory_mb
-            detail = msg.get("message") or f"the memory limit of {limit} MB was exceeded"
-        return ExecResult(
-            status=status,
-            stdout=msg.get("stdout", ""),
-            stderr=msg.get("stderr", ""),
-            traceback=msg.get("traceback"),
-            stdout_truncated=bool(msg.get("stdout_truncated")),
-            stderr_truncated=bool(msg.get("stderr_truncated")),
-            duration_s=duration,
-            peak_memory_mb=msg.get("peak_memory_mb"),
-            timeout_s=timeout if status is Status.TIMEOUT else None,
-            detail=detail,
-        )
-
-    async def _exchange(
-        self, code: str, started: asyncio.Future, replying: asyncio.Future
-    ) -> dict[str, Any]:
-        """Send one cell; resolve `started` when the session has read it and `replying` when
-        the first bytes of its result arrive; return the result."""
-        self._writer.write(encode({"op": "exec", "code": code}))
-        await self._writer.drain()
-        if (await _read_frame(self._reader)).get("event") != "started":
-            raise ValueError("the session broke the protocol")
-        started.set_result(None)
-        (n,) = HEADER.unpack(await self._reader.readexactly(HEADER.size))
-        replying.set_result(None)
-        if n > MAX_FRAME:
-            raise ValueError(f"frame of {n} bytes exceeds the limit")
-        return decode(await self._reader.readexactly(n))
-
-    async def _reply_on_its_way(self, replying: asyncio.Future) -> bool:
-        """After the grace period: has the session begun to answer? A reply that arrived in
-        the same event-loop turn as the grace timer is still on its way to the reading task,
-        and a slow reader must not get an answering session killed."""
-        await asyncio.sleep(0)  # let the reading task take what the loop has already received
-        if replying.done():
-            return True
-        try:
-            self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # a byte, or b"" at EOF
-            return True
-        except BlockingIOError:
-            return False
-        except OSError:
-            return True  # the socket broke: the reading task is about to see it
-
-    async def _died(self, start: float) -> ExecResult:
-        """The session's socket closed mid-cell: find out why and mark the session dead."""
-        if self._closed:
-            reason = self._dead_reason or "the session was closed"
-            return ExecResult(Status.KILLED, duration_s=time.monotonic() - start, detail=reason)
-        code = await self._sandbox._exit_code(self, EXIT_WAIT_S)
-        self._kill(f"it died in an earlier cell ({_describe_exit(code)}); all variables are lost")
-        duration = time.monotonic() - start
-        cpu_s = self._sandbox.limits.cpu_s
-        if code == -signal.SIGXCPU and cpu_s is not None:
-            detail = f"the CPU time limit of {cpu_s} s was exceeded"
-            return ExecResult(Status.TIMEOUT, duration_s=duration, detail=detail)
-        return ExecResult(Status.KILLED, duration_s=duration, detail=_describe_exit(code))
-
-    def _kill(self, reason: str) -> None:
-        if self._dead_reason is None:
-            self._dead_reason = reason
-        self._sandbox._signal(self, signal.SIGKILL)
-        self._writer.close()
-
-    async def close(self) -> None:
-        """Kill the session's processes and wait until the zygote has reaped them."""
-        if self._closed:
-            return
-        self._closed = True
-        self._kill("the session was closed")
-        await self._sandbox._exit_code(self, EXIT_WAIT_S)
-        self._sandbox._forget(self)
-
-    async def _branch(self) -> Session:
-        async with self._lock:
-            return await self._sandbox._fork(self)
-
-    async def _replace(self) -> None:
-        await self.close()
-        fresh = await self._sandbox._spawn()
-        self._sandbox._sessions.discard(fresh)
-        self.pid, self.isolation, self._generation = fresh.pid, fresh.isolation, fresh._generation
-        self._reader, self._writer, self._sock = fresh._reader, fresh._writer, fresh._sock
-        self._dead_reason, self._closed = None, False
-        self._sandbox._sessions.add(self)
 
 
 class _Outgoing:
@@ -465,7 +164,7 @@ class Sandbox(SandboxClient):
     def __init__(
         self,
         limits: SandboxLimits | None = None,
-        preload: tuple[str, ...] = DEFAULT_PRELOAD,
+        preload: tuple[str, ...] = MATH_PRELOAD,
         pool_size: int = 0,
         isolate: bool = True,
         warmup: str | None = None,
@@ -673,7 +372,7 @@ class Sandbox(SandboxClient):
                 raise SandboxError(f"could not create a session: {msg.get('error')}")
             pid = msg["pid"]
             reader, writer = await asyncio.open_unix_connection(sock=parent_end)
-            ready = await asyncio.wait_for(_read_frame(reader), SESSION_START_TIMEOUT_S)
+            ready = await asyncio.wait_for(read_frame(reader), SESSION_START_TIMEOUT_S)
         except BaseException as e:
             self._spawns.pop(sid, None)
             if writer is not None:
@@ -692,7 +391,7 @@ class Sandbox(SandboxClient):
                 code = await asyncio.wait_for(exited, EXIT_WAIT_S)
             except asyncio.TimeoutError:
                 code = None
-            raise SandboxError(f"session process failed to start ({_describe_exit(code)})") from e
+            raise SandboxError(f"session process failed to start ({describe_exit(code)})") from e
         s = Session(self, sid, pid, reader, writer, parent_end, ready["isolation"])
         self._sessions.add(s)
         return s
@@ -713,11 +412,11 @@ class Sandbox(SandboxClient):
             # The stream is idle (lock held, last reply read), so this small write cannot
             # interleave with anything asyncio has buffered.
             parent._sock.sendmsg([encode({"op": "fork", "id": sid})], fds)
-            reply = await asyncio.wait_for(_read_frame(parent._reader), SESSION_START_TIMEOUT_S)
+            reply = await asyncio.wait_for(read_frame(parent._reader), SESSION_START_TIMEOUT_S)
             if reply.get("status") != "forked":
                 raise SandboxError(f"session {parent.id} could not fork: {reply.get('error')}")
             reader, writer = await asyncio.open_unix_connection(sock=mine)
-            ready = await asyncio.wait_for(_read_frame(reader), SESSION_START_TIMEOUT_S)
+            ready = await asyncio.wait_for(read_frame(reader), SESSION_START_TIMEOUT_S)
         except (asyncio.IncompleteReadError, asyncio.TimeoutError, OSError, ValueError) as e:
             mine.close()
             parent._kill(f"it died while forking ({type(e).__name__}); all variables are lost")
@@ -919,3 +618,17 @@ def _zygote_env() -> dict[str, str]:
         MKL_NUM_THREADS="1",
     )
     return env
+
+
+def __getattr__(name: str) -> Any:
+    """`DEFAULT_PRELOAD`, this module's old name for `MATH_PRELOAD` (the default of `Sandbox`),
+    still importable from here; the `sandbox.preload` setting's default is
+    `tirl.sandbox.limits.DEFAULT_PRELOAD`, a different, smaller set."""
+    if name == "DEFAULT_PRELOAD":
+        warnings.warn(
+            "tirl.sandbox.local.DEFAULT_PRELOAD is now tirl.sandbox.limits.MATH_PRELOAD",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return MATH_PRELOAD
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
