@@ -1,6 +1,6 @@
 """Ends the processes of a local Ray cluster once the process that started it has ended.
 
-Run as a script (no tirl import) by `tirl.sandbox.ray_pool.init_local_ray`:
+Run as a script (no tirl import) by `tirl.sandbox.ray_cluster.init_local_ray`:
 `python -I _ray_reaper.py RAYLET_PID`, its stdin a pipe from the starting process, in a
 session of its own (a Ctrl-C in the terminal is not for it). While the pipe is open it notes,
 every `LOOK_EVERY_S`, the processes below the raylet (the dashboard and runtime-env agents,

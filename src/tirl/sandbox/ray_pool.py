@@ -56,30 +56,9 @@ one that had may have run, so its session is closed and reported KILLED. A cell 
 within its bound, or cancelled, closes its session on the actor (through Ray), as a cancelled
 local run kills it. A malformed request on the socket gets an error for itself alone.
 
-Network safety on one machine. `init_local_ray()` starts a single-machine cluster that only ever
-talks over loopback (`RaySandboxPool.start()` calls it when Ray is not initialized yet). Plain
-`ray.init()` is not loopback-only, even with `_node_ip_address="127.0.0.1"` (checked in Ray
-2.60's source and with strace in an isolated network namespace):
-- `ray.init` passes that address through `resolve_ip_for_localhost`, which turns a loopback
-  address into `node_ip_address_from_perspective()`: a UDP `connect()` to 8.8.8.8:53 (or
-  [2001:4860:4860::8888]:53) to learn the outgoing interface's address, which then becomes the
-  node address, so GCS, raylet and workers talk over the external interface. We make Ray's
-  `get_node_ip_address` return the loopback address instead (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
-  for Ray's processes, the same constant patched in this process for the duration of `ray.init`).
-- even with `include_dashboard=False`, Ray starts a minimal dashboard process for its usage-stats
-  module, which probes cloud metadata services (http://169.254.169.254, a DNS lookup of
-  metadata.google.internal) whether or not usage stats are enabled. Ray's processes get an HTTP
-  proxy on a closed loopback port, with loopback itself exempt, so those requests fail locally.
-- RAY_USAGE_STATS_ENABLED=0 keeps Ray from reporting usage to usage-stats.ray.io, and
-  RAY_USAGE_STATS_REPORT_URL points at the closed loopback port in case a report is sent anyway
-  (a cluster started by `ray start` sends one "disabled" report even when usage stats are off).
-The result was checked by tracing every process's connect/sendto calls while this module's tests
-ran: only 127.0.0.1 appeared.
-A local cluster ends with the process that started it, kill -9 included: Ray's GCS and raylet
-die with it on their own, and `tirl.sandbox._ray_reaper` ends the raylet's agents and workers,
-which would otherwise linger for minutes.
-Sessions inherit none of this: the zygote starts from an allowlist of variables, and each
-session has its own network namespace where that works (see `tirl.sandbox.local`).
+Network safety on one machine. When Ray is not initialized, `start()` starts a single-machine
+cluster that only ever talks over loopback (`init_local_ray`, from tirl.sandbox.ray_cluster,
+which says how; it is re-exported here). Sessions inherit none of its settings.
 
 On a real cluster. Start Ray on every node first (`ray start --head --disable-usage-stats`, then
 `ray start --address=HEAD:6379` on the others; tirl must be importable on every node), then in
@@ -89,10 +68,10 @@ the trainer::
     async with RaySandboxPool(num_actors=len(ray.nodes()), limits=SandboxLimits(...)) as pool:
         session = await pool.session()
 
-Ray then uses the nodes' real addresses, by design: the loopback-only rule above is for the
-single-machine setup. Do not give a multi-node cluster the proxy variables (gRPC honours them
-too, and the nodes would not reach each other). Its dashboard probes the cloud metadata service
-and sends one "usage stats disabled" report, unless RAY_USAGE_STATS_REPORT_URL points elsewhere.
+Ray then uses the nodes' real addresses, by design: `init_local_ray`'s loopback-only setup is
+for one machine, and its proxy variables would keep the nodes from reaching each other. The
+cluster's dashboard probes the cloud metadata service and sends one "usage stats disabled"
+report, unless RAY_USAGE_STATS_REPORT_URL points elsewhere.
 Each actor's socket endpoint binds its node's address as Ray knows it (or `endpoint_host`) on a
 port the OS picks, so the trainer must reach the nodes on any port, as Ray's own workers do; it
 wants a random key per actor process, and has no TLS (cells and output cross the network in
@@ -107,145 +86,38 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import os
-import re
 import secrets
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import ray
 import ray.exceptions
 
 from tirl.sandbox.api import SandboxClient, SandboxError, SessionBase
-from tirl.sandbox.channel import Unreachable, result_from_wire, result_to_wire
-from tirl.sandbox.local import (
-    DEFAULT_PRELOAD,
-    EXIT_WAIT_S,
-    START_TIMEOUT_S,
-    Sandbox,
-    SandboxLimits,
-    Session,
+from tirl.sandbox.channel import result_from_wire, result_to_wire
+from tirl.sandbox.limits import MATH_PRELOAD, SandboxLimits
+from tirl.sandbox.local import EXIT_WAIT_S, START_TIMEOUT_S, Sandbox, Session
+from tirl.sandbox.ray_calls import (
+    MAILBOX_METHODS,
+    RPC_MARGIN_S,
+    ActorGone,
+    ActorSlot,
+    short_error,
 )
-from tirl.sandbox.ray_socket import ActorEndpoint, ActorSocket
+from tirl.sandbox.ray_cluster import init_local_ray
+from tirl.sandbox.ray_socket import ActorEndpoint
 from tirl.sandbox.result import ExecResult, Status
 
+__all__ = ["RaySandboxPool", "RaySession", "SandboxActor", "init_local_ray"]
+
 MAX_CONCURRENCY = 1000  # concurrent calls per actor: cells mostly wait, so many can be in flight
-MAILBOX_METHODS = frozenset({"create", "run", "fork", "close", "run_once"})  # through `exchange`
-SOCKET_METHODS = frozenset({"run", "run_once"})  # over the actor's socket (data_path "socket")
 DATA_PATHS = ("socket", "ray")
-POLL_WAIT_S = 10.0  # an exchange waits this long for a reply before it returns empty
 MAX_WAITING = 64  # exchanges waiting on one actor (each holds one of its MAX_CONCURRENCY slots)
 COALESCE_S = 0.005  # with COALESCE_MIN_RUNNING requests running, an exchange waits this long
 COALESCE_MIN_RUNNING = 16  # for more replies before it returns (one actor call carries them all)
-RPC_MARGIN_S = 30.0  # added to every remote call's own bound before it counts as lost
-ACTOR_START_S = 60.0  # a Ray worker process start, on top of the zygote's START_TIMEOUT_S
-PROBE_RETRY_S = 0.2  # asking Ray about an actor it calls unavailable (restarting): again after
-# A proxy on a loopback port where nothing listens: HTTP requests by Ray's own processes fail
-# there instead of reaching cloud metadata services. Port 9 is "discard".
-DEAD_PROXY = "http://127.0.0.1:9"
-LOOPBACK_NAMES = "127.0.0.1,localhost,::1"
-
-
-# -- a loopback-only local cluster -------------------------------------------------------------
-
-
-def _loopback_env() -> dict[str, str]:
-    """Variables that keep Ray's own processes (GCS, raylet, dashboard, workers) on loopback.
-
-    Only for a single-machine cluster: gRPC honours the proxy variables as well, and goes
-    direct only to the loopback names in no_proxy."""
-    env = {
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "RAY_USAGE_STATS_REPORT_URL": DEAD_PROXY + "/",
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # get_node_ip_address -> loopback, no 8.8.8.8
-        "no_proxy": LOOPBACK_NAMES,
-        "NO_PROXY": LOOPBACK_NAMES,
-    }
-    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
-        env[name] = DEAD_PROXY
-    return env
-
-
-@contextlib.contextmanager
-def _loopback_only() -> Iterator[None]:
-    """Set `_loopback_env()` and Ray's ENABLE_RAY_CLUSTER constant, and put both back after.
-
-    The processes `ray.init` starts inherit the variables; this process keeps its own. The
-    constant is patched too because Ray read the variable when it was first imported."""
-    from ray._private import ray_constants
-
-    saved_env = {k: os.environ.get(k) for k in _loopback_env()}
-    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
-    os.environ.update(_loopback_env())
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        yield
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-_REAPERS: list[subprocess.Popen] = []  # kept: their stdin pipes must stay open while we live
-
-
-def _raylet_pid() -> int | None:
-    """The pid of the raylet `ray.init` started here (None if Ray's internals changed)."""
-    from ray._private import ray_constants
-
-    try:
-        node = ray._private.worker._global_node
-        return node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
-    except (AttributeError, KeyError, IndexError):
-        return None
-
-
-def _reap_when_gone(raylet_pid: int | None) -> None:
-    """Start `tirl.sandbox._ray_reaper`: when this process ends, however it ends, the agents
-    and workers of the local cluster end too, not minutes later (see that module)."""
-    if raylet_pid is None or not sys.platform.startswith("linux"):
-        return
-    script = Path(__file__).with_name("_ray_reaper.py")
-    _REAPERS.append(
-        subprocess.Popen(
-            [sys.executable, "-I", str(script), str(raylet_pid)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,  # a Ctrl-C in the terminal is not for it
-        )
-    )
-
-
-def init_local_ray(num_cpus: int | None = None, **ray_init_kwargs: Any) -> None:
-    """Start a single-machine Ray cluster that sends nothing outside 127.0.0.0/8.
-
-    Extra keyword arguments go to `ray.init`. Raises SandboxError (after shutting Ray down) if
-    Ray still chose a non-loopback node address, which would mean its internals changed."""
-    with _loopback_only():
-        ray.init(
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            **ray_init_kwargs,
-        )
-    _reap_when_gone(_raylet_pid())
-    address = ray.util.get_node_ip_address()
-    if not address.startswith("127."):
-        ray.shutdown()
-        raise SandboxError(
-            f"Ray chose the node address {address} instead of a loopback one; refusing to run"
-            " a local cluster that is reachable from the network"
-        )
 
 
 # -- the actor ---------------------------------------------------------------------------------
@@ -328,7 +200,7 @@ class SandboxActor:
             box.tasks.pop(rid, None)  # the caller gave up on it
             return
         except Exception as e:
-            reply = (rid, False, _short(e))
+            reply = (rid, False, short_error(e))
         box.tasks.pop(rid, None)
         box.ready.append(reply)
         # The first reply since the last collection wakes the first exchange in line; the last
@@ -433,362 +305,12 @@ class _Box:
         self.waiters: collections.deque[asyncio.Future] = collections.deque()
 
 
-# -- the caller's side -------------------------------------------------------------------------
-
-
-class _ActorGone(SandboxError):
-    """The actor behind a slot died or stopped answering; its sessions are lost."""
-
-
-# Lines of Ray's error messages that identify the actor, which the slot's label already does.
-_RAY_ID_LINE = re.compile(r"^(class_name|actor_id|pid|name|namespace|ip):")
-
-
-def _short(error: BaseException, limit: int = 300) -> str:
-    """Ray's messages span many lines; keep one short line for `ExecResult.detail`."""
-    lines = (line.strip() for line in str(error).splitlines())
-    text = " ".join(line for line in lines if line and not _RAY_ID_LINE.match(line))
-    text = text or type(error).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-async def _await_ref(ref: ray.ObjectRef, timeout: float, cancel: bool) -> Any:
-    """Await a Ray result from whichever event loop is running. With `cancel`, a timeout or a
-    cancelled caller also cancels the remote call (for a cell: interrupts it, killing its
-    session); without, the remote call finishes on its own (bounded on the actor's side)."""
-    try:
-        return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
-    except (asyncio.TimeoutError, asyncio.CancelledError):
-        if cancel:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
-        raise
-
-
-class _Mailbox:
-    """The calls of one event loop to one actor, carried by `exchange` (module docstring).
-
-    Requests made in the same turn of the event loop go out in one actor call; replies come
-    back in whichever exchange call returns next. One exchange is kept in flight while any
-    request waits for its reply, and none when nothing does."""
-
-    def __init__(self, slot: _ActorSlot, box_id: tuple[str, int]) -> None:
-        self.slot = slot
-        self.box_id = box_id
-        self.loop = asyncio.get_running_loop()
-        self.pending: dict[int, asyncio.Future] = {}  # request id -> (ok, value)
-        self.outbox: list[tuple[int, str, tuple]] = []
-        self.cancels: list[int] = []
-        self.next_id = 0
-        self.in_flight = 0  # exchange calls sent and not returned
-        self.flush_due = False
-
-    async def call(self, method: str, args: tuple, timeout: float, cancel: bool) -> Any:
-        rid = self.next_id
-        self.next_id += 1
-        reply = self.loop.create_future()
-        self.pending[rid] = reply
-        self.outbox.append((rid, method, args))
-        self._schedule()
-        timer = self.loop.call_later(timeout, _expire, reply)
-        try:
-            found = await reply
-        except asyncio.CancelledError:
-            if cancel:
-                self.cancel(rid)
-            raise
-        finally:
-            timer.cancel()
-            self.pending.pop(rid, None)
-        if found is None:  # the timer
-            if cancel:
-                self.cancel(rid)
-            raise asyncio.TimeoutError
-        ok, value = found
-        if not ok:
-            raise SandboxError(f"the {self.slot.label} failed: {value}")
-        return value
-
-    def cancel(self, rid: int) -> None:
-        """Cancel a request on the actor (a cell then kills its session, as a cancelled run
-        does locally)."""
-        if any(queued[0] == rid for queued in self.outbox):
-            self.outbox = [q for q in self.outbox if q[0] != rid]  # never sent
-        else:
-            self.cancels.append(rid)
-            self._schedule()
-
-    def fail_all(self, error: BaseException) -> None:
-        for reply in self.pending.values():
-            if not reply.done():
-                reply.set_exception(error)
-        self.pending.clear()
-        self.outbox, self.cancels = [], []
-
-    def _schedule(self) -> None:
-        if not self.flush_due:
-            self.flush_due = True
-            self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self.flush_due = False
-        if self.slot.dead_reason is not None:
-            self.fail_all(_ActorGone(f"the {self.slot.label} died: {self.slot.dead_reason}"))
-            return
-        if not (self.outbox or self.cancels or (self.pending and self.in_flight == 0)):
-            return
-        calls, cancels, self.outbox, self.cancels = self.outbox, self.cancels, [], []
-        self.in_flight += 1
-        try:
-            ref = self.slot.handle.exchange.remote(self.box_id, calls, cancels, POLL_WAIT_S)
-            future = asyncio.wrap_future(ref.future(), loop=self.loop)
-        except Exception as e:  # the handle itself is unusable
-            self.in_flight -= 1
-            self._actor_failed(e)
-            return
-        future.add_done_callback(self._returned)
-
-    def _returned(self, future: asyncio.Future) -> None:
-        self.in_flight -= 1
-        if future.cancelled():
-            return  # the loop is closing
-        error = future.exception()
-        if error is not None:
-            self._actor_failed(error)
-            return
-        for rid, ok, value in future.result():
-            reply = self.pending.get(rid)
-            if reply is not None and not reply.done():
-                reply.set_result((ok, value))
-        if self.pending and self.in_flight == 0:
-            self._schedule()  # keep one exchange waiting for the replies still to come
-
-    def _actor_failed(self, error: BaseException) -> None:
-        if isinstance(error, ray.exceptions.RayTaskError):  # exchange itself raised: a bug
-            self.fail_all(SandboxError(f"the {self.slot.label} failed: {_short(error)}"))
-            return
-        if self.slot.dead_reason is None:
-            self.slot.dead_reason = _short(error)
-        self.fail_all(_ActorGone(f"the {self.slot.label} died: {self.slot.dead_reason}"))
-
-
-def _expire(reply: asyncio.Future) -> None:
-    if not reply.done():
-        reply.set_result(None)
-
-
-class _ActorSlot:
-    """One sandbox actor as the pool sees it: its handle, where it runs, and its sessions.
-
-    The only asyncio objects it holds are in its `_Mailbox` and `ActorSocket`, which it
-    replaces when called from another event loop, so a pool can be used from one event loop
-    after another."""
-
-    def __init__(self, index: int, handle: ray.actor.ActorHandle, data_path: str) -> None:
-        self.index = index
-        self.handle = handle
-        self.data_path = data_path
-        self.ready_ref = handle.ready.remote()
-        self.info: dict[str, Any] | None = None  # what `ready` returned (again after a restart)
-        self.dead_reason: str | None = None
-        self.session_ids: set[str] = set()  # sessions placed here (and run_once calls running)
-        self._token = secrets.token_hex(4)  # names this caller's mailboxes on the actor
-        self._mailbox: _Mailbox | None = None
-        self._generation = 0
-        self._socket: ActorSocket | None = None
-        # A `ready` call asking after a socket failed, and a future that says when it answered.
-        self._probe: tuple[ray.ObjectRef, concurrent.futures.Future] | None = None
-        self._background: set[asyncio.Task] = set()
-
-    @property
-    def label(self) -> str:
-        if self.info is None:
-            return f"sandbox actor {self.index}"
-        node = self.info["node_id"][:8]
-        return f"sandbox actor {self.index} (pid {self.info['pid']} on node {node})"
-
-    async def wait_ready(self) -> None:
-        """Wait until the actor runs its sandbox; one that does not start in time is dead."""
-        if self.info is not None:
-            return
-        bound = START_TIMEOUT_S + ACTOR_START_S
-        try:
-            self.info = await self._call_ref(self.ready_ref, bound, cancel=False)
-        except asyncio.TimeoutError as e:
-            if self.dead_reason is None:
-                self.dead_reason = f"it did not start its sandbox within {bound:.0f} s"
-                self.kill()
-            raise _ActorGone(f"the {self.label} died: {self.dead_reason}") from e
-
-    async def call(
-        self,
-        method: str,
-        *args: Any,
-        timeout: float,
-        cancel: bool = False,
-        boot: str | None = None,
-    ) -> Any:
-        """One remote call. Raises _ActorGone if the actor is (or turns out to be) dead, or no
-        longer the process `boot` of a session, SandboxError if the method raised,
-        asyncio.TimeoutError if it did not answer in time."""
-        if self.dead_reason is not None:
-            raise _ActorGone(f"the {self.label} died: {self.dead_reason}")
-        await self.wait_ready()
-        if method in SOCKET_METHODS and self.data_path == "socket":
-            return await self._over_socket(method, args, timeout, cancel, boot)
-        if method in MAILBOX_METHODS:
-            return await self._box().call(method, args, timeout, cancel)
-        ref = getattr(self.handle, method).remote(*args)
-        return await self._call_ref(ref, timeout, cancel)
-
-    def same_process(self, boot: str | None) -> bool:
-        """Whether the actor is still the process that made a session (`create`'s `boot`)."""
-        return boot is None or self.info is None or self.info["boot"] == boot
-
-    # -- the socket data path (tirl.sandbox.ray_socket) -----------------------------------
-
-    async def _over_socket(
-        self, method: str, args: tuple, timeout: float, cancel: bool, boot: str | None
-    ) -> dict[str, Any]:
-        """`run` or `run_once` over the actor's socket, as `call` answers them. When the socket
-        fails, Ray says whether the actor lives (see "Failures" in the module docstring)."""
-        if method == "run":
-            sid, code, timeout_s = args
-            msg = {"op": "run", "session": sid, "code": code, "timeout_s": timeout_s}
-        else:
-            sid, (code, timeout_s) = None, args
-            msg = {"op": "run_once", "code": code, "timeout_s": timeout_s}
-        deadline = time.monotonic() + timeout  # for the whole call, reconnecting included
-        for attempt in range(2):
-            self._check_process(boot)
-            left = max(deadline - time.monotonic(), 0.0)
-            try:
-                status, body, alive = await self._current_socket().request(msg, left)
-            except Unreachable as e:
-                lost = e
-            except asyncio.CancelledError:
-                if cancel and sid is not None:
-                    self._close_later(sid)  # ends a running cell, as a cancelled local run does
-                raise
-            else:
-                if status != 200:
-                    raise SandboxError(f"the {self.label} answered {status}: {body.get('error')}")
-                if method == "run":
-                    body["alive"] = alive
-                return body
-            try:
-                if lost.timed_out:
-                    raise asyncio.TimeoutError
-                # _ActorGone if the actor is dead; TimeoutError if Ray does not answer in time
-                await self.refresh(deadline - time.monotonic())
-            except asyncio.TimeoutError:
-                if cancel and sid is not None:
-                    self._close_later(sid)
-                raise asyncio.TimeoutError from None
-            self._check_process(boot)
-            if lost.sent or attempt:  # the cell may have run; its reply is lost
-                if sid is not None:
-                    self._close_later(sid)
-                raise SandboxError(f"lost the socket to the {self.label} ({lost})")
-            # The actor lives and the request did not leave: send it again.
-        raise AssertionError("unreachable")
-
-    def _check_process(self, boot: str | None) -> None:
-        if not self.same_process(boot):
-            raise _ActorGone(
-                f"the {self.label} died and Ray restarted it; the sessions of its old process"
-                " died with it"
-            )
-
-    def _current_socket(self) -> ActorSocket:
-        assert self.info is not None
-        loop = asyncio.get_running_loop()
-        sock = self._socket
-        if sock is None or sock.loop is not loop or sock.url != self.info["url"]:
-            if sock is not None and sock.loop is loop:  # the actor restarted elsewhere
-                self._spawn(sock.close())
-            sock = self._socket = ActorSocket(self.info["url"], self.info["key"])
-        return sock
-
-    async def refresh(self, within_s: float) -> None:
-        """After the socket failed: ask Ray whether the actor lives and where its endpoint is
-        now (a restarted actor has a new one). Raises _ActorGone if the actor is dead, and
-        asyncio.TimeoutError if Ray has no answer within `within_s` (the actor may be stopped
-        or busy; the question stays asked for the next caller). One `ready` call answers every
-        session that asks while it is pending."""
-        deadline = time.monotonic() + within_s
-        while True:
-            if self.dead_reason is not None:
-                raise _ActorGone(f"the {self.label} died: {self.dead_reason}")
-            if self._probe is None or self._probe[1].done():
-                ref = self.handle.ready.remote()
-                self._probe = (ref, ref.future())
-            ref = self._probe[0]
-            try:
-                # Not the shared future itself: a caller that times out cancels what it awaits.
-                info = await _await_ref(ref, max(deadline - time.monotonic(), 0.0), False)
-            except ray.exceptions.ActorUnavailableError:  # restarting: ask again
-                await asyncio.sleep(PROBE_RETRY_S)
-                continue
-            except ray.exceptions.RayTaskError as e:
-                raise SandboxError(f"the {self.label} failed: {_short(e.cause or e)}") from e
-            except ray.exceptions.RayError as e:  # the actor, its worker or its node is gone
-                if self.dead_reason is None:
-                    self.dead_reason = _short(e)
-                continue
-            self.info = info
-            return
-
-    def _close_later(self, sid: str) -> None:
-        """End session `sid` on the actor without waiting (its cell's reply will not come)."""
-
-        async def close() -> None:
-            with contextlib.suppress(SandboxError, asyncio.TimeoutError):
-                await self.call("close", sid, timeout=EXIT_WAIT_S + RPC_MARGIN_S)
-
-        self._spawn(close())
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def close_socket(self) -> None:
-        sock, self._socket = self._socket, None
-        if sock is not None and sock.loop is asyncio.get_running_loop():
-            await sock.close()
-
-    def _box(self) -> _Mailbox:
-        loop = asyncio.get_running_loop()
-        if self._mailbox is None or self._mailbox.loop is not loop:
-            self._generation += 1
-            self._mailbox = _Mailbox(self, (self._token, self._generation))
-        return self._mailbox
-
-    async def _call_ref(self, ref: ray.ObjectRef, timeout: float, cancel: bool) -> Any:
-        try:
-            return await _await_ref(ref, timeout, cancel)
-        except ray.exceptions.RayTaskError as e:  # the method raised; the actor lives on
-            if ref is self.ready_ref:
-                self.dead_reason = f"it failed to start its sandbox: {_short(e.cause or e)}"
-                raise _ActorGone(f"the {self.label} died: {self.dead_reason}") from e
-            raise SandboxError(f"the {self.label} failed: {_short(e.cause or e)}") from e
-        except ray.exceptions.RayError as e:  # the actor, its worker or its node is gone
-            if self.dead_reason is None:
-                self.dead_reason = _short(e)
-            raise _ActorGone(f"the {self.label} died: {self.dead_reason}") from e
-
-    def kill(self) -> None:
-        with contextlib.suppress(Exception):
-            ray.kill(self.handle, no_restart=True)
-
-
 class RaySession(SessionBase):
     """A session pinned to one sandbox actor. Create with `await pool.session()`.
 
     `id` is stable across `restore()`, which may move the session to another actor."""
 
-    def __init__(self, pool: RaySandboxPool, sid: str, slot: _ActorSlot, boot: str) -> None:
+    def __init__(self, pool: RaySandboxPool, sid: str, slot: ActorSlot, boot: str) -> None:
         self.id = sid
         self.history: list[str] = []
         self._pool = pool
@@ -835,7 +357,7 @@ class RaySession(SessionBase):
             d = await self._slot.call(
                 "run", self.id, code, timeout_s, timeout=bound, cancel=True, boot=self._boot
             )
-        except _ActorGone as e:
+        except ActorGone as e:
             return self._killed(str(e), started)
         except SandboxError as e:
             return self._killed(f"{e}; the session's state is unknown", started)
@@ -899,7 +421,7 @@ class RaySandboxPool(SandboxClient):
         self,
         num_actors: int = 1,
         limits: SandboxLimits | None = None,
-        preload: tuple[str, ...] = DEFAULT_PRELOAD,
+        preload: tuple[str, ...] = MATH_PRELOAD,
         pool_size: int = 0,
         num_cpus: float = 0,
         actor_options: dict[str, Any] | None = None,
@@ -925,7 +447,7 @@ class RaySandboxPool(SandboxClient):
             "scheduling_strategy": "SPREAD",
             **(actor_options or {}),
         }
-        self._slots: list[_ActorSlot] = []
+        self._slots: list[ActorSlot] = []
         self._replaced = 0
         self._closed = False
 
@@ -942,7 +464,7 @@ class RaySandboxPool(SandboxClient):
         self._slots = [self._new_slot(i) for i in range(self.num_actors)]
         try:
             await asyncio.gather(*(slot.wait_ready() for slot in self._slots))
-        except BaseException:  # _ActorGone says which actor and why
+        except BaseException:  # ActorGone says which actor and why
             for slot in self._slots:
                 slot.kill()
             self._slots = []
@@ -954,7 +476,7 @@ class RaySandboxPool(SandboxClient):
         slots, self._slots = self._slots, []
         await asyncio.gather(*(self._stop(slot) for slot in slots))
 
-    async def _stop(self, slot: _ActorSlot) -> None:
+    async def _stop(self, slot: ActorSlot) -> None:
         slot.session_ids.clear()
         with contextlib.suppress(Exception):
             await slot.close_socket()
@@ -965,7 +487,7 @@ class RaySandboxPool(SandboxClient):
             slot.dead_reason = "it was stopped when the sandbox pool closed"
         slot.kill()
 
-    def _new_slot(self, index: int) -> _ActorSlot:
+    def _new_slot(self, index: int) -> ActorSlot:
         actor = SandboxActor.options(**self._options)
         handle = actor.remote(
             self.limits,
@@ -974,7 +496,7 @@ class RaySandboxPool(SandboxClient):
             self.endpoint_host,
             self.data_path == "socket",
         )
-        return _ActorSlot(index, handle, self.data_path)
+        return ActorSlot(index, handle, self.data_path)
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -1003,7 +525,7 @@ class RaySandboxPool(SandboxClient):
             slot.session_ids.discard(token)
         return result_from_wire(d, time.monotonic() - started)
 
-    async def _create_remote(self, sid: str) -> tuple[_ActorSlot, str]:
+    async def _create_remote(self, sid: str) -> tuple[ActorSlot, str]:
         """Create session `sid` on the least-loaded live actor, moving on if that one is dead;
         returns the actor and its process that holds the session (`create`'s `boot`)."""
         last_error: Exception | None = None
@@ -1015,7 +537,7 @@ class RaySandboxPool(SandboxClient):
                 if not slot.same_process(boot):  # Ray restarted it: learn its new endpoint
                     await slot.refresh(self._slow_bound())
                 return slot, boot
-            except _ActorGone as e:
+            except ActorGone as e:
                 slot.session_ids.discard(sid)
                 last_error = e
             except BaseException as e:
@@ -1025,7 +547,7 @@ class RaySandboxPool(SandboxClient):
                 raise
         raise SandboxError(f"could not create a session on any sandbox actor: {last_error}")
 
-    async def _live_slot(self) -> _ActorSlot:
+    async def _live_slot(self) -> ActorSlot:
         """The least-loaded actor, after replacing dead ones; waits until it is ready."""
         if self._closed or not self._slots:
             raise SandboxError("the sandbox pool is not running (call start() first)")
@@ -1035,7 +557,7 @@ class RaySandboxPool(SandboxClient):
                 self._slots[i] = self._new_slot(slot.index)
                 self._replaced += 1
         slot = min(self._slots, key=lambda s: len(s.session_ids))
-        with contextlib.suppress(_ActorGone):  # a replacement that failed: caller moves on
+        with contextlib.suppress(ActorGone):  # a replacement that failed: caller moves on
             await slot.wait_ready()
         return slot
 
@@ -1064,7 +586,7 @@ class RaySandboxPool(SandboxClient):
             "cells": dict(cells),
         }
 
-    async def _actor_stats(self, slot: _ActorSlot) -> dict[str, Any]:
+    async def _actor_stats(self, slot: ActorSlot) -> dict[str, Any]:
         try:
             found = await slot.call("stats", timeout=self.margin_s)
         except (SandboxError, asyncio.TimeoutError) as e:
