@@ -68,7 +68,7 @@ def grads_after(model, trajs, cfg: RLConfig, shards: list[Shard]) -> list[torch.
     """Gradients of one minibatch holding every row, summed over `shards` (as all-reduce)."""
     trainer = RLTrainer(model, None, None, cfg, pad_id=0, use_tools=True)
     batch = collate(trajs, 0)
-    rewards = trainer.rewards_of(trajs, cfg.max_model_tokens)
+    rewards = trainer.feed.rewards_of(trajs, cfg.max_model_tokens)
     from tirl.algos.advantages import token_advantages
 
     groups = torch.tensor([t.meta["task"] for t in trajs])
@@ -339,7 +339,7 @@ def test_adaptive_batch_drops_groups_with_equal_rewards_and_refills(env, tokeniz
     assert (m["batch/groups_sampled"], m["batch/groups_dropped"]) == (4, 2)
     assert (m["batch/refill_rounds"], m["batch/fill"]) == (2, 1.0)
     assert m["train/uniform_group_share"] == 0.0
-    assert trainer.state.next_task == 4
+    assert trainer.feed.next_task == 4
 
     bounded = dataclasses.replace(cfg, max_refill_rounds=0)
     _, (m,) = _one_step(env, tokenizer, tiny_model, bounded, reward)
@@ -400,7 +400,7 @@ def test_partial_rollouts_train_groups_once_all_members_finish(env, tokenizer, t
     # at most 2 * prompts_per_step groups open: step 2 (tasks 0 and 1 open) starts none,
     # step 3 starts task 2; carried trajectories are named in the checkpoint, to restart
     assert [m["batch/tasks_started"] for m in metrics] == [1, 1, 0, 1]
-    assert {m["task"] for m in trainer.carried_metas()} == {2}
+    assert {m["task"] for m in trainer.feed.carried_metas()} == {2}
 
 
 def test_partial_rollouts_refuse_torch_distributed():

@@ -27,8 +27,9 @@ from tirl.sandbox import Sandbox
 from tirl.synth.arithmetic import text_only_texts, to_trajectory
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.config import RLConfig, RLStage, SFTConfig
+from tirl.train.feed import plain_prompt
 from tirl.train.metrics import MetricsLogger
-from tirl.train.rl import RLTrainer, plain_prompt
+from tirl.train.rl import RLTrainer
 from tirl.train.sft import train_sft
 
 MAX_POSITIONS = 256  # the fixtures' context window
@@ -105,7 +106,7 @@ def test_a_step_short_of_informative_groups_does_not_update_and_they_wait(
             for _ in range(cfg.steps):
                 metrics.append(await trainer.step())
                 params.append(params_of(tiny_model))
-                waiting.append([g[0].meta["task"] for g in trainer.ready])
+                waiting.append([g[0].meta["task"] for g in trainer.feed.ready])
             engine.close()
             return metrics, params, waiting
 
@@ -155,8 +156,8 @@ def test_refill_rounds_sample_only_the_shortfall_and_fill_the_batch_exactly(
     assert (m["train/updated"], m["batch/cap_hit"], m["train/groups"]) == (1, 0, 3)
     assert (m["batch/tasks_started"], m["batch/groups_sampled"]) == (6, 6)
     assert (m["batch/groups_dropped"], m["batch/refill_rounds"]) == (3, 2)
-    assert m["batch/groups_waiting"] == 0 and trainer.ready == []
-    assert trainer.state.next_task == 6
+    assert m["batch/groups_waiting"] == 0 and trainer.feed.ready == []
+    assert trainer.feed.next_task == 6
 
 
 async def _train(model, tokenizer, env, cfg, reward_fn, run_dir: Path, until=None, resume=False):
@@ -322,13 +323,13 @@ def test_partial_rollouts_train_the_oldest_complete_groups_never_more_than_a_bat
             metrics, saved = [], None
             members = Counter()
             for _ in range(cfg.steps):
-                before = {g[0].meta["task"] for g in trainer.ready}
+                before = {g[0].meta["task"] for g in trainer.feed.ready}
                 n_seen = len(seen)
                 metrics.append(m := await trainer.step())
                 members.update(t.meta["task"] for t in seen[n_seen:])
                 done_now = {t.meta["task"] for t in seen[n_seen:]}
                 complete = before | {t for t in done_now if members[t] == cfg.group_size}
-                after = [g[0].meta["task"] for g in trainer.ready]
+                after = [g[0].meta["task"] for g in trainer.feed.ready]
                 if m["train/updated"]:  # the oldest `want` complete groups, the rest wait
                     assert m["train/groups"] == want
                     assert after == sorted(complete)[want:]
@@ -338,8 +339,8 @@ def test_partial_rollouts_train_the_oldest_complete_groups_never_more_than_a_bat
                 assert m["batch/groups_waiting"] + m["batch/groups_in_flight"] <= 2 * want
                 if saved is None and m["batch/groups_waiting"]:
                     trainer.save_checkpoint(tmp_path)
-                    saved = [[t.to_dict() for t in g] for g in trainer.ready]
-                    pending = {k: [t.to_dict() for t in v] for k, v in trainer.pending.items()}
+                    saved = [[t.to_dict() for t in g] for g in trainer.feed.ready]
+                    pending = {k: [t.to_dict() for t in v] for k, v in trainer.feed.pending.items()}
             restored, _ = trainer_for(tiny_model, tokenizer, sandbox, task_at, cfg, None)
             restored.load_checkpoint(tmp_path)
             engine.close()
@@ -347,6 +348,6 @@ def test_partial_rollouts_train_the_oldest_complete_groups_never_more_than_a_bat
 
     metrics, saved, pending, restored = asyncio.run(main())
     assert saved, "some step completed more groups than one batch"
-    assert [[t.to_dict() for t in g] for g in restored.ready] == saved
-    assert {k: [t.to_dict() for t in v] for k, v in restored.pending.items()} == pending
+    assert [[t.to_dict() for t in g] for g in restored.feed.ready] == saved
+    assert {k: [t.to_dict() for t in v] for k, v in restored.feed.pending.items()} == pending
     assert sum(m["train/updated"] for m in metrics) >= 3

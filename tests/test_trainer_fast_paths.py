@@ -22,8 +22,10 @@ from tirl.config import ConfigError, load_config
 from tirl.rollout.runner import Rollout
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.batch import collate, token_logprobs
+from tirl.train.capabilities import probe_capabilities
 from tirl.train.config import RLConfig, RunConfig
-from tirl.train.rl import RLTrainer, old_logprobs_from_sampler
+from tirl.train.learner import old_logprobs_from_sampler
+from tirl.train.rl import RLTrainer
 from tirl.train.update import Shard, batch_logprobs, shard_micro_batches, token_budget_runs
 
 ARITHMETIC = ArithmeticSource()
@@ -64,13 +66,15 @@ def test_passes_cut_to_their_longest_row_give_the_full_width_log_probs():
 
 def test_auto_takes_the_samplers_log_probs_only_where_they_are_the_trainers(tiny_model):
     hf = HFEngine(tiny_model, eos_id=0)
+    ours = probe_capabilities(hf, tiny_model)  # its log-probs are the trainer's numbers
+    server = probe_capabilities(OpenAIEngine, tiny_model)  # a server's numbers
     auto = RLConfig()
-    assert old_logprobs_from_sampler(auto, hf, partial=False)
-    assert not old_logprobs_from_sampler(auto, hf, partial=True)  # several policy versions
-    assert not old_logprobs_from_sampler(RLConfig(tis_cap=2.0), hf, partial=False)
-    assert not old_logprobs_from_sampler(RLConfig(old_logprobs="trainer"), hf, partial=False)
-    assert not old_logprobs_from_sampler(auto, OpenAIEngine, partial=False)  # a server's numbers
-    assert old_logprobs_from_sampler(RLConfig(old_logprobs="sampler"), OpenAIEngine, False)
+    assert old_logprobs_from_sampler(auto, ours, partial=False)
+    assert not old_logprobs_from_sampler(auto, ours, partial=True)  # several policy versions
+    assert not old_logprobs_from_sampler(RLConfig(tis_cap=2.0), ours, partial=False)
+    assert not old_logprobs_from_sampler(RLConfig(old_logprobs="trainer"), ours, partial=False)
+    assert not old_logprobs_from_sampler(auto, server, partial=False)
+    assert old_logprobs_from_sampler(RLConfig(old_logprobs="sampler"), server, False)
     hf.close()
 
 

@@ -152,7 +152,7 @@ def check_bucket_fields(cfg, task: Task) -> None:
 
 class Curriculum:
     """The curriculum over `stream` (module docstring), for settings `cfg`
-    (`tirl.train.config.CurriculumConfig`). `task_at(i)` is trainer position i's task;
+    (`tirl.run.phases.CurriculumConfig`). `task_at(i)` is trainer position i's task;
     `assign(n)` fixes the draws of positions below n; `observe(i, pass_rate)` feeds back a
     finished group; `step_metrics()` gives the record's `curriculum/...` keys."""
 

@@ -11,14 +11,35 @@ import json
 import resource
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tirl.files import JsonlAppender, read_jsonl
+from tirl.protocol.segments import Trajectory
+from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
+from tirl.rollout.limits import is_truncated
+
+if TYPE_CHECKING:
+    import torch
 
 
 def peak_rss_gb() -> float:
     """This process's peak resident memory so far, in GB (logged as `mem/peak_rss_gb` with
     every SFT and RL step, so a run shows which phase holds the most)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # Linux: kB
+
+
+def batch_metrics(trajs: list[Trajectory], rewards: torch.Tensor) -> dict:
+    """Statistics of an RL step's trained batch (`rewards` [B], one per trajectory): reward,
+    accuracy and truncation, lengths in model and tool tokens, tool use."""
+    n = len(trajs)
+    return {
+        "train/reward_mean": float(rewards.mean()),
+        "train/accuracy": sum(t.correct for t in trajs) / n,
+        "train/truncation_rate": sum(is_truncated(t) for t in trajs) / n,
+        "length/model_tokens_mean": sum(t.num_model_tokens for t in trajs) / n,
+        "length/tool_tokens_mean": sum(t.num_tool_tokens for t in trajs) / n,
+        **aggregate_tool_stats([tool_stats(t) for t in trajs]),
+    }
 
 
 class MetricsLogger:

@@ -24,8 +24,8 @@ import torch
 
 from tirl.algos.advantages import token_advantages
 from tirl.algos.losses import agg_loss, get_policy_loss, kl_penalty
+from tirl.run.config import RLConfig
 from tirl.train.batch import TokenBatch, token_logprobs
-from tirl.train.config import RLConfig
 
 
 @dataclass(frozen=True)
