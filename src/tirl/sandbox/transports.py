@@ -15,26 +15,12 @@ if TYPE_CHECKING:  # an annotation only: tirl.sandbox.config imports this module
 
 
 @SANDBOX_TRANSPORTS.register("local")
-def local_sandbox(
-    cfg: SandboxConfig,
-    *,
-    pool_size: int = 0,
-    grace_s: float | None = None,
-    capture_chars: int | None = None,
-) -> SandboxClient:
-    """A sandbox in this process's tree. A server's (`tirl sandbox serve`) also forks
-    `pool_size` sessions ahead of requests and sets the limits a `SandboxConfig` leaves at
-    their defaults: `grace_s` (interrupt to kill) and `capture_chars` (output kept per cell)."""
-    from dataclasses import replace
-
+def local_sandbox(cfg: SandboxConfig, *, pool_size: int = 0) -> SandboxClient:
+    """A sandbox in this process's tree, with the section's limits and preloads. A server's
+    (`tirl sandbox serve`) also forks `pool_size` sessions ahead of requests."""
     from tirl.sandbox.local import Sandbox
 
-    limits = cfg.limits()
-    if grace_s is not None:
-        limits = replace(limits, grace_s=grace_s)
-    if capture_chars is not None:
-        limits = replace(limits, capture_chars=capture_chars)
-    return Sandbox(limits, preload=tuple(cfg.preload), pool_size=pool_size)
+    return Sandbox(cfg.limits(), preload=tuple(cfg.preload), pool_size=pool_size)
 
 
 @SANDBOX_TRANSPORTS.register("http")
