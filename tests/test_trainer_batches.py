@@ -1,4 +1,4 @@
-"""The RL trainer's batch rule (`tirl.train.rl`): every update trains on exactly
+"""The RL trainer's batch rule (`tirl.train.feed`): every update trains on exactly
 `prompts_per_step` usable groups, a step short of them does not update and says so, waiting
 groups survive a checkpoint, and stage expansion counts truncation over everything sampled.
 

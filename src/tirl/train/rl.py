@@ -12,15 +12,17 @@ tested alone:
 - `tirl.train.checkpoint`: the file a resumed run continues from, exactly;
 - `tirl.train.capabilities.EngineCapabilities`: what the trainer knows of its engine.
 
-One step:
-1. Push the trained weights into the engine if they changed since it last sampled.
-2. Sample: the feed's batch of exactly `prompts_per_step` usable groups, sampled with the
-   tool budget and model-token limit of the budget schedule (CIR §3.1, 2 -> 3 -> 4) or of the
-   current expansion stage (AgentMath §3.3); or none, when the sampling rounds end short of
-   one (the step then does not update: `train/updated` 0).
-3. Update: `updates_per_step` optimizer steps (`Learner.update`); with `rl.one_step_off_policy`
-   in a thread while the next step samples, the step's record logged once it is done.
-4. Expansion: if the truncation rate over every trajectory that finished in the step (trained,
+One step, after pushing the trained weights into the engine if they changed:
+1. Sample `group_size` trajectories for each task the batch still lacks, with the tool budget
+   and model-token limit of the budget schedule (CIR §3.1, 2 -> 3 -> 4) or of the current
+   expansion stage (AgentMath §3.3) (`RolloutFeed.collect`).
+2. Score and reward each trajectory once, as it finishes (`RolloutFeed.score`).
+3. Build the batch: exactly `prompts_per_step` usable groups, or none when the sampling
+   rounds end short of them; then the step does not update (`train/updated` 0).
+4. Token advantages over model tokens only (`Learner.update`).
+5. `updates_per_step` optimizer steps; with `rl.one_step_off_policy` in a thread while the
+   next step samples, the step's record logged once the update is done.
+6. Expansion: if the truncation rate over every trajectory that finished in the step (trained,
    dropped or waiting; failed ones aside: `batch/truncation_rate_sampled`) exceeds
    `expansion_threshold`, move to the next stage, even in a step that does not update. The
    trained batch's rate (`train/truncation_rate`) would lag: truncated groups are mostly all
