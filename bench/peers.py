@@ -136,7 +136,8 @@ class TirlSide:
 
     def __init__(self, cfg, sandbox, use_tools: bool, run_dir: Path) -> None:
         import tirl.train.rl as rl
-        from tirl.train.pipeline import Pipeline, run_protocol
+        from tirl.run.build import engine_capabilities, run_protocol
+        from tirl.train.pipeline import Pipeline
 
         self.clock = StepClock()
         clock = self.clock
@@ -149,17 +150,7 @@ class TirlSide:
         )
         first = cfg.sft.examples
 
-        class TimedRLTrainer(rl.RLTrainer):
-            def score(self, trajs, max_tokens):
-                start = time.perf_counter()
-                super().score(trajs, max_tokens)
-                clock.add("reward_s", time.perf_counter() - start)
-                clock.add("sampled_tokens", sum(t.num_model_tokens for t in trajs))
-                clock.add("tool_tokens", sum(t.num_tool_tokens for t in trajs))
-                clock.add("tool_calls", sum(len(t.tool_calls) for t in trajs))
-                clock.add("tool_s", sum(c.duration_s for t in trajs for c in t.tool_calls))
-
-        self.trainer = TimedRLTrainer(  # the arguments Pipeline.rl passes
+        self.trainer = rl.RLTrainer(  # the arguments Pipeline.rl passes
             model,
             self.rollout,
             lambda i: pipeline.mixture.item("train", first + i),
@@ -172,7 +163,20 @@ class TirlSide:
             logger=None,
             variant="code" if use_tools else "text",
             seed=cfg.seed,
+            capabilities=engine_capabilities(cfg),
         )
+        score = self.trainer.feed.score
+
+        def timed_score(trajs, *args, **kwargs):  # scoring time and what was scored
+            start = time.perf_counter()
+            score(trajs, *args, **kwargs)
+            clock.add("reward_s", time.perf_counter() - start)
+            clock.add("sampled_tokens", sum(t.num_model_tokens for t in trajs))
+            clock.add("tool_tokens", sum(t.num_tool_tokens for t in trajs))
+            clock.add("tool_calls", sum(len(t.tool_calls) for t in trajs))
+            clock.add("tool_s", sum(c.duration_s for t in trajs for c in t.tool_calls))
+
+        self.trainer.feed.score = timed_score
         self.open: list[tuple[dict, dict]] = []  # records whose update may still run
 
     async def step(self, ops: OpTimes | None = None) -> dict:

@@ -11,6 +11,9 @@ import pytest
 from test_sandbox_http import running_server
 from tiny_run import run, train_cmd
 
+from tirl.config import load_config
+from tirl.models.tiny import TinyModelSpec, build_model, train_tokenizer
+from tirl.run.config import RunConfig
 from tirl.sandbox.config import SANDBOX_TRANSPORTS
 
 
@@ -65,3 +68,25 @@ def test_a_sandbox_section_that_cannot_work_is_one_line_before_any_work(
     assert done.returncode == code and "\n" not in line, done.stderr[-2000:]
     assert line.startswith("tirl: error: ") and words in line
     assert not (tmp_path / "bad" / "code").exists()  # no tokenizer, no SFT: nothing was done
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["rl.one_step_off_policy=true"], ["model.lora.rank=4"]],
+    ids=["hf", "hf-one-step-off", "hf-lora"],
+)
+def test_a_runs_engine_capabilities_are_what_its_built_engine_has(overrides, tmp_path):
+    """What the trainer is told (`engine_capabilities`: the kind's declaration and the
+    builder's choice) is what the engine `engine_for` builds really has, as its attributes
+    show (`probe_capabilities`, the trainer's old way of finding out)."""
+    from tirl.run.build import engine_capabilities, engine_for
+    from tirl.train.capabilities import probe_capabilities
+    from tirl.train.pipeline import with_lora
+
+    cfg = load_config(RunConfig, overrides=overrides)
+    tokenizer = train_tokenizer(["Compute 1 + 1. 2"], vocab_size=300)
+    model = build_model(tokenizer, TinyModelSpec(hidden_size=32, layers=1, heads=2), seed=0)
+    if cfg.model.lora.rank:
+        model = with_lora(model, cfg)
+    engine = engine_for(cfg, model, tokenizer, tokenizer.eos_token_id, tmp_path)
+    assert engine_capabilities(cfg) == probe_capabilities(engine, model)

@@ -20,7 +20,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides = [f"model.name_or_path={model}", *overrides]
     cfg = load_run_config(config, overrides)  # before torch: errors come at once
     if cfg.model.name_or_path:  # a server engine needs the model's tokenizer only
-        weights = cfg.rollout.engine != "openai"
+        from tirl.rollout.engines import ENGINES
+
+        weights = ENGINES.get_entry(cfg.rollout.engine).receives_weights
         check_model_source(cfg.model.name_or_path, "model.name_or_path", need_weights=weights)
     require_device(cfg.device)
     from tirl.train.run_folder import check_run_folder

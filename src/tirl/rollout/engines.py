@@ -46,8 +46,38 @@ class EngineSpec:
 
 
 @dataclass(frozen=True)
+class EngineCapabilities:
+    """What a trainer must know of the engine that samples for it, declared by the engine's
+    kind (`EngineKind`) and completed by the builder (`tirl.run.build.engine_capabilities`),
+    never found out by probing an engine's attributes."""
+
+    receives_weights: bool = False
+    """The trainer awaits `engine.load_weights(model)` after every update and after a restored
+    checkpoint (`tirl.backends.engine`: HF and vLLM engines; a server over HTTP does not)."""
+
+    logprobs_match_trainer: bool = False
+    """The engine's sampled log-probabilities are the trainer's own numbers (the trained weights
+    or a copy, in their dtype, untempered), so `rl.old_logprobs: auto` may take them as pi_old
+    and skip a scoring pass (tirl's HF engine)."""
+
+    samples_trained_model: bool = False
+    """The engine samples the very module being trained, not a copy: it cannot sample while
+    that module updates, which `rl.one_step_off_policy` needs."""
+
+    sleeps_during_update: bool = False
+    """The engine frees memory through `await engine.pause()` before each update and wakes
+    in `load_weights` (vLLM's sleep mode, `sleep_during_update`): it cannot sample during the
+    update either."""
+
+
+def _never(options: Mapping[str, Any]) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
 class EngineKind:
-    """A registered engine: its factory and what a config must know before building it."""
+    """A registered engine: its factory, what it can do, and what a config must know before
+    building it."""
 
     build: Callable[..., Engine]
     receives_weights: bool  # the trainer can push its weights into it after every update
@@ -55,6 +85,9 @@ class EngineKind:
     # (options, device) -> why the engine cannot be built here, or None; run when the config
     # loads, so a missing package or a bad option is one line before any work starts
     check: Callable[[dict[str, Any], str], str | None] | None = None
+    logprobs_match_trainer: bool = False  # see EngineCapabilities
+    under_torchrun: bool = False  # each rank of a torchrun job samples with its own engine
+    sleeps: Callable[[Mapping[str, Any]], bool] = _never  # (options) -> sleeps during updates
 
 
 ENGINES: Registry[EngineKind] = Registry("rollout engine")
@@ -66,11 +99,19 @@ def register_engine(
     receives_weights: bool,
     needs: tuple[str, ...] = (),
     check: Callable[[dict[str, Any], str], str | None] | None = None,
+    logprobs_match_trainer: bool = False,
+    under_torchrun: bool = False,
+    sleeps: Callable[[Mapping[str, Any]], bool] = _never,
 ) -> Callable[[Callable[..., Engine]], Callable[..., Engine]]:
-    """Decorator: register an engine factory `(spec: EngineSpec, **options) -> Engine`."""
+    """Decorator: register an engine factory `(spec: EngineSpec, **options) -> Engine` with
+    what it can do (`EngineKind`)."""
 
     def add(build: Callable[..., Engine]) -> Callable[..., Engine]:
-        ENGINES.add(name, EngineKind(build, receives_weights, tuple(needs), check))
+        kind = EngineKind(
+            build, receives_weights, tuple(needs), check, logprobs_match_trainer,
+            under_torchrun, sleeps,
+        )  # fmt: skip
+        ENGINES.add(name, kind)
         return build
 
     return add
@@ -92,7 +133,13 @@ def make_engine(name: str, spec: EngineSpec, options: Mapping[str, Any] | None =
 # ---------------------------------------------------------------- the built-in engines
 
 
-@register_engine("hf", receives_weights=True, needs=("model", "eos_id"))
+@register_engine(
+    "hf",
+    receives_weights=True,
+    needs=("model", "eos_id"),
+    logprobs_match_trainer=True,
+    under_torchrun=True,
+)
 def hf_engine(spec: EngineSpec, *, kv_cache: str = "auto", fused: bool | None = None) -> Engine:
     """The live policy, continuously batched in this process. `kv_cache`: auto | slots |
     padded; `fused`: the slot cache's forward pass run from the weights (None: where the
@@ -133,7 +180,13 @@ def _vllm_problem(options: dict[str, Any], device: str) -> str | None:
     return setup_problem(device=device, **options)
 
 
-@register_engine("vllm", receives_weights=True, needs=("model_path", "eos_id"), check=_vllm_problem)
+@register_engine(
+    "vllm",
+    receives_weights=True,
+    needs=("model_path", "eos_id"),
+    check=_vllm_problem,
+    sleeps=lambda options: bool(options.get("sleep_during_update")),
+)
 def vllm_engine(
     spec: EngineSpec,
     *,

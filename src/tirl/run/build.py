@@ -29,7 +29,7 @@ from tirl.models.lora import is_lora, plain_copy
 from tirl.models.sources import model_folder
 from tirl.models.tiny import save_policy
 from tirl.protocol import Protocol, get_protocol
-from tirl.rollout.engines import ENGINES, EngineSpec, make_engine
+from tirl.rollout.engines import ENGINES, EngineCapabilities, EngineSpec, make_engine
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.run.config import RunConfig
 from tirl.sandbox.api import SandboxClient
@@ -145,6 +145,21 @@ def engine_for(
         api_key=client_key(),
     )
     return make_engine(cfg.rollout.engine, spec, cfg.rollout.engine_options)
+
+
+def engine_capabilities(cfg: RunConfig) -> EngineCapabilities:
+    """What the RL trainer may rely on from the engine `engine_for` builds: its kind's
+    declaration (`tirl.rollout.engines.EngineKind`), and whether that engine samples the
+    trained module itself, which `engine_for` decides (a copy under LoRA and
+    one_step_off_policy)."""
+    kind = ENGINES.get_entry(cfg.rollout.engine)
+    copied = cfg.model.lora.rank > 0 or cfg.rl.one_step_off_policy
+    return EngineCapabilities(
+        receives_weights=kind.receives_weights,
+        logprobs_match_trainer=kind.logprobs_match_trainer,
+        samples_trained_model="model" in kind.needs and not copied,
+        sleeps_during_update=kind.sleeps(cfg.rollout.engine_options),
+    )
 
 
 def rollout_for(

@@ -1,46 +1,21 @@
-"""What the RL trainer must know of the engine that samples for it, as one frozen value.
+"""What the RL trainer must know of the engine that samples for it
+(`tirl.rollout.engines.EngineCapabilities`), and the refusals that follow from it.
 
 The trainer once found these out by probing the engine's attributes at run time
 (`getattr(engine, "sleep_during_update", False)` and four more). It is now given them
-(`RLTrainer(..., capabilities=...)`), so each switch says plainly what it depends on and a test
-can set it without building an engine. Until the engine kinds declare them
-(`tirl.rollout.engines`), `probe_capabilities` reads them off the engine as the probes did, in
-this one place, so that leaving `capabilities` out changes nothing.
+(`RLTrainer(..., capabilities=...)`): a run's come from its engine kind's declaration and its
+config (`tirl.run.build.engine_capabilities`). An engine built by hand (tests, benchmarks) and
+handed in without them is read by `probe_capabilities`, in this one place.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from tirl.config import ConfigError
+from tirl.rollout.engines import EngineCapabilities
 from tirl.run.config import RLConfig
 from tirl.train.distributed import DistContext
-
-
-@dataclass(frozen=True)
-class EngineCapabilities:
-    """The engine's answers to the trainer's questions; the defaults fit no engine at all
-    (an update on a batch handed in, as tests and benchmarks make)."""
-
-    receives_weights: bool = False
-    """The trainer awaits `engine.load_weights(model)` after every update and after a restored
-    checkpoint (`tirl.backends.engine`: HF and vLLM engines; a server over HTTP does not)."""
-
-    logprobs_match_trainer: bool = False
-    """The engine's sampled log-probabilities are the trainer's own numbers (the trained weights
-    or a copy, in their dtype, untempered), so `rl.old_logprobs: auto` may take them as pi_old
-    and skip a scoring pass (tirl's HF engine)."""
-
-    samples_trained_model: bool = False
-    """The engine samples the very module being trained, not a copy: it cannot sample while
-    that module updates, which `rl.one_step_off_policy` needs."""
-
-    sleeps_during_update: bool = False
-    """The engine frees memory through `await engine.pause()` before each update and wakes
-    in `load_weights` (vLLM's sleep mode, `sleep_during_update`): it cannot sample during the
-    update either."""
 
 
 def probe_capabilities(engine: object | None, model: torch.nn.Module) -> EngineCapabilities:

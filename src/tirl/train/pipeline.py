@@ -83,6 +83,7 @@ from tirl.models.tiny import (
 from tirl.plugins import load_plugins
 from tirl.protocol import Protocol
 from tirl.protocol.segments import Trajectory
+from tirl.rollout.engines import ENGINES
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.run import build
 from tirl.run.build import eval_sets, run_protocol
@@ -430,6 +431,7 @@ class Pipeline:
             logger=self.logger,
             variant=variant,
             seed=cfg.seed,
+            capabilities=build.engine_capabilities(cfg),
             dist=self.dist,
         )
         state_dir = self.run_dir / variant / "rl_state"
@@ -634,7 +636,7 @@ def _run_in(
     cfg: RunConfig, run_dir: Path, evaluation: Evaluation, resume: bool
 ) -> tuple[Path, dict]:
     dist = init_from_env(cfg.device)  # under torchrun: RL is sharded, rank 0 writes files
-    if dist is not None and cfg.rollout.engine != "hf":
+    if dist is not None and not ENGINES.get_entry(cfg.rollout.engine).under_torchrun:
         raise ConfigError(
             f"rollout.engine {cfg.rollout.engine} does not run under torchrun: every rank"
             " samples with the hf engine there (vLLM across GPUs is verl's: docs/verl.md)",
