@@ -756,3 +756,20 @@ def test_an_unprivileged_caller_still_gets_namespaces_seccomp_and_process_limits
     assert "PermissionError" in out["kill_everything"]["traceback"]
     assert "can't start new thread" in out["thread_bomb"]["traceback"]
     assert out["second_thread"]["status"] == "ok"
+
+
+def test_the_zygote_imports_little():
+    """Every session inherits what the zygote imported: it takes the standard library and the
+    few sandbox modules it runs, never asyncio or the rest of tirl (`tirl.sandbox` imports
+    `Sandbox` on first use)."""
+    code = (
+        "import json, sys\nimport tirl.sandbox._zygote\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('tirl', 'asyncio')))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    allowed = {"_cells", "_isolation", "_session_process", "_wire", "_zygote", "api"}
+    allowed |= {"formatter", "limits", "result"}
+    imported = set(json.loads(done.stdout)) - {"tirl", "tirl.sandbox"}
+    assert imported <= {f"tirl.sandbox.{name}" for name in allowed}, imported

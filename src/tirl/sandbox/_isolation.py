@@ -2,7 +2,8 @@
 
 Each function does one thing with one kernel interface (namespaces, mounts, credentials,
 seccomp) and reports failure instead of raising where the caller can degrade. The policy (which
-of them a session gets, and what happens when one is missing) lives in `_zygote.py`, and what it
+of them a session gets, and what happens when one is missing) lives in `_zygote.py` (the
+zygote's own namespaces and uid block) and `_session_process.py` (each session's), and what it
 means for users is written down in the docstring of `tirl.sandbox.local`.
 """
 
