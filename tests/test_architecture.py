@@ -238,19 +238,6 @@ def test_known_violations_are_still_there():
     assert KNOWN_VIOLATIONS - seen == set(), "fixed; delete from KNOWN_VIOLATIONS"
 
 
-def test_a_runs_config_and_builders_come_from_the_run_layer():
-    """apps, studies, integrations, eval and synth read a run's config and build its parts
-    through `tirl.run`, never through `tirl.train` (issue 44: train is one pipeline, not the
-    run layer of every command)."""
-    moved = ("tirl.train.config", "tirl.train.runtime")
-    bad = [
-        f"{imp.where()}: {imp.source} -> {imp.target} (use tirl.run)"
-        for imp in ALL_IMPORTS
-        if imp.target in moved and package_of(imp.source) != "train"
-    ]
-    assert not bad, "\n".join(bad)
-
-
 def test_nothing_imports_the_command_line():
     bad = [
         f"{imp.where()}: {imp.source} -> {imp.target} (not allowed: nothing imports tirl.cli)"

@@ -22,10 +22,10 @@ from tirl.config import ConfigError, load_config
 from tirl.protocol.score import Score
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory
 from tirl.rollout.runner import Rollout
+from tirl.run.config import RLConfig, RLStage, RunConfig
 from tirl.sandbox import Sandbox
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.batch import collate
-from tirl.train.config import RLConfig, RLStage, RunConfig
 from tirl.train.distributed import fsdp_policy
 from tirl.train.metrics import MetricsLogger
 from tirl.train.rl import RLTrainer

@@ -23,10 +23,10 @@ from tirl.models.tiny import TinyModelSpec, build_model
 from tirl.protocol.segments import Trajectory
 from tirl.rollout.limits import is_truncated
 from tirl.rollout.runner import Rollout
+from tirl.run.config import RLConfig, RLStage, SFTConfig
 from tirl.sandbox import Sandbox
 from tirl.synth.arithmetic import text_only_texts, to_trajectory
 from tirl.tasks.sources.arithmetic import ArithmeticSource
-from tirl.train.config import RLConfig, RLStage, SFTConfig
 from tirl.train.feed import plain_prompt
 from tirl.train.metrics import MetricsLogger
 from tirl.train.rl import RLTrainer

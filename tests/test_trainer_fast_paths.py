@@ -20,10 +20,10 @@ from tirl.backends.hf import HFEngine
 from tirl.backends.openai import OpenAIEngine
 from tirl.config import ConfigError, load_config
 from tirl.rollout.runner import Rollout
+from tirl.run.config import RLConfig, RunConfig
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.batch import collate, token_logprobs
 from tirl.train.capabilities import probe_capabilities
-from tirl.train.config import RLConfig, RunConfig
 from tirl.train.learner import old_logprobs_from_sampler
 from tirl.train.rl import RLTrainer
 from tirl.train.update import Shard, batch_logprobs, shard_micro_batches, token_budget_runs
