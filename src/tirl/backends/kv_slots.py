@@ -29,12 +29,13 @@ meanwhile (another thread on the same model) gets the model's own attention and 
 
 Memory: the tensor is dense, rows x capacity positions (each position holding every layer's
 key and value: `position_bytes`), so its size is the rows in flight times the longest of them.
-It grows by doubling (O(1) amortized copies) as rows join and sequences lengthen; with a
-budget (`max_positions`, which `HFEngine` admits requests against) a reallocation never
-makes it larger than the budget: the dimension that does not need to grow shrinks instead.
-When no sequence holds a slot, `SlotRows.free` hands the whole tensor back, so a server's
-memory returns to its idle level between bursts. Tokens set aside (sequences waiting on a
-tool) are separate copies, outside the budget.
+It grows by doubling (O(1) amortized copies) as rows join and sequences lengthen; when it is
+reallocated, the dimension that need not grow is cut back to what is in use (the 64 rows of
+a burst of short requests are not kept at the length of the long one after it; `_shape`), and,
+with a budget (`max_positions`, which `HFEngine` admits requests against), the shape never
+exceeds the budget. When no sequence holds a slot, `SlotRows.free` hands the whole tensor
+back, so a server's memory returns to its idle level between bursts. Tokens set aside
+(sequences waiting on a tool) are separate copies, outside the budget.
 
 Limits: models whose attention is "sdpa" or "eager", with no sliding-window layers and no
 logit soft-capping (`supports`); one long row makes every row that long (no paging): sized
@@ -387,11 +388,13 @@ def _shape(
     have: tuple[int, int], need: tuple[int, int], limits: tuple[int, int], budget: int | None
 ) -> tuple[int, int]:
     """The (rows, capacity) to reallocate a slot tensor of shape `have` to, so that it holds
-    `need`: each dimension grown (`_grown`) within `limits`, then, over `budget` positions,
-    rows cut back towards `need` first (the rows past those in use hold nothing), then
+    `need`. A dimension that must grow grows (`_grown`, within `limits`); one that need not is
+    cut to what is in use: rows to `need` (rows once in flight, a burst of short requests, are
+    not kept at the length of a long one), capacity to twice `need` (the rows keep growing a
+    token a step). Then, over `budget` positions, rows are cut back towards `need`, then
     capacity. Over the budget only when `need` itself is (the engine admits nothing such)."""
-    rows = _grown(have[0], need[0], limits[0])
-    cap = _grown(have[1], need[1], limits[1])
+    rows = _grown(have[0], need[0], limits[0]) if need[0] > have[0] else need[0]
+    cap = _grown(have[1], need[1], limits[1]) if need[1] > have[1] else min(have[1], 2 * need[1])
     if budget is not None and rows * cap > budget:
         rows = max(need[0], budget // cap)
         if rows * cap > budget:

@@ -271,7 +271,7 @@ class CompletionServer:
         except BadRequest as e:
             return error_response(e.status, str(e), e.param, e.code)
         choices = req.n * len(req.prompts)
-        refusal = self._queue_refusal(choices)
+        refusal = self._queue_refusal(choices, "n" if req.n > 1 else "prompt")
         if refusal is not None:
             return refusal
         self.requests += 1
@@ -281,8 +281,9 @@ class CompletionServer:
         finally:
             self.choices -= choices
 
-    def _queue_refusal(self, choices: int) -> web.Response | None:
-        """A 429 when `choices` more would overfill the queue (a 400 when they never fit)."""
+    def _queue_refusal(self, choices: int, param: str) -> web.Response | None:
+        """A 429 when `choices` more would overfill the queue (a 400 naming `param` when they
+        never fit)."""
         limit = self.max_queue
         if limit is None:
             return None
@@ -291,7 +292,7 @@ class CompletionServer:
                 400,
                 f"this request has {choices} choices (prompts x n): more than this server"
                 f" holds at once ({limit}, tirl serve --max-queue)",
-                "n",
+                param,
             )
         if self.choices + choices > limit:
             response = error_response(
