@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.sandbox import Sandbox, SandboxLimits, Status
+from tirl.sandbox.limits import MATH_PRELOAD
 
 LOOPBACK = "127.0.0.1"
 LIMITS = SandboxLimits(timeout_s=30.0, memory_mb=1024)  # generous: saturation queues cells
@@ -269,7 +270,7 @@ class Servers:
                 sys.executable, "-m", "tirl.cli", "sandbox", "serve", "--host", LOOPBACK,
                 "--port", "0", "--timeout-s", str(LIMITS.timeout_s),
                 "--max-timeout-s", str(LIMITS.timeout_s), "--memory-mb", str(LIMITS.memory_mb),
-                "--pool-size", str(plan.pool_size),
+                "--pool-size", str(plan.pool_size), "--preload", ",".join(MATH_PRELOAD),
             ]  # fmt: skip
             with open(out, "wb") as f:
                 self.procs.append(

@@ -171,6 +171,12 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("sandbox.preload", ["math"], []),
     ("sandbox.cpu_s", 10, []),
     ("sandbox.kill_background", False, []),
+    ("sandbox.grace_s", 1.0, []),
+    ("sandbox.capture_chars", 4096, []),
+    ("sandbox.file_size_mb", 32, []),
+    ("sandbox.max_open_files", 128, []),
+    ("sandbox.max_processes", 16, []),
+    ("sandbox.disk_mb", 128, []),
     ("sft.steps", 3, []),
     ("rl.steps", 10, []),
     ("rl.prompts_per_step", 16, []),
@@ -244,6 +250,7 @@ NOT_PERTURBED = {
     "rl.policy_loss_params": "refused when set",
     "rollout.engine": "only hf trains without an engine installed (vllm), openai cannot train",
     "rollout.urls": "read only by engines that are clients, which cannot train",
+    "sandbox.options": "no built-in transport takes options",
 }
 
 

@@ -35,7 +35,7 @@ from pydantic import Field
 from tirl.protocol import get_protocol
 from tirl.sandbox import SandboxClient, format_result
 from tirl.sandbox.config import SandboxConfig, make_sandbox
-from tirl.sandbox.local import DEFAULT_PRELOAD
+from tirl.sandbox.limits import MATH_PRELOAD
 from tirl.tasks.prompts import default_system_prompt
 
 _PROTOCOL = get_protocol("cir_fences")
@@ -81,7 +81,7 @@ class TirlHarness(vf.Harness[TirlHarnessConfig]):
             self._loop, self._lock, self._sandbox = loop, asyncio.Lock(), None
         async with self._lock:
             if self._sandbox is None:
-                sandbox = make_sandbox(SandboxConfig(preload=list(DEFAULT_PRELOAD)))
+                sandbox = make_sandbox(SandboxConfig(preload=list(MATH_PRELOAD)))
                 await sandbox.start()
                 self._sandbox = sandbox
             return self._sandbox

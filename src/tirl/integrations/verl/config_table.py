@@ -192,6 +192,13 @@ MAPPING: dict[str, Row] = {
     "sandbox.preload": _loop("modules imported once by the loop's sandbox"),
     "sandbox.cpu_s": _loop("sandbox limits of the loop's sessions"),
     "sandbox.kill_background": _loop("sandbox limits of the loop's sessions"),
+    "sandbox.grace_s": _loop("sandbox limits of the loop's sessions"),
+    "sandbox.capture_chars": _loop("sandbox limits of the loop's sessions"),
+    "sandbox.file_size_mb": _loop("sandbox limits of the loop's sessions"),
+    "sandbox.max_open_files": _loop("sandbox limits of the loop's sessions"),
+    "sandbox.max_processes": _loop("sandbox limits of the loop's sessions"),
+    "sandbox.disk_mb": _loop("sandbox limits of the loop's sessions"),
+    "sandbox.options": _loop("a plugin transport's own settings"),
     # ---- SFT: a separate verl launch
     "sft.*": _none(
         "SFT is its own launch: `tirl verl sft-data` exports the demonstrations for verl's SFT"
