@@ -350,7 +350,8 @@ class HFEngine:
             return
         if self.kv.allocated_positions:
             self.kv.free()
-            _trim_heap()
+            with contextlib.suppress(RuntimeError):  # RuntimeError: the engine was closed
+                self._executor.submit(_trim_heap)  # off the event loop: a trim takes ~25 ms
 
     def _kick(self) -> None:
         """Start the step loop if it is idle and there is work it may admit."""
