@@ -21,6 +21,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from process_tree import descendants
 from sandbox_contract import CONTRACT_CHECKS, CONTRACT_LIMITS
 
 from tirl.cli import main as cli_main
@@ -101,25 +102,6 @@ def server(tmp_path_factory):
 
 def run(coro):
     return asyncio.run(coro)
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every process below `pid`, from /proc."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
 
 
 def _wait_until_gone(pids: set[int]) -> set[int]:
@@ -311,7 +293,7 @@ def test_a_server_killed_mid_session_gives_killed_and_never_hangs(tmp_path):
             await idle.run("x = 1")
             cell = asyncio.ensure_future(busy.run("import time\ntime.sleep(60)", timeout_s=2))
             await asyncio.sleep(0.3)  # the cell has most likely started; either way: KILLED
-            processes = _descendants(srv.pid)
+            processes = descendants(srv.pid)
             srv.proc.kill()
             for r in [
                 await asyncio.wait_for(cell, NO_HANG_S),
@@ -380,7 +362,7 @@ def test_sigterm_shuts_down_cleanly_and_leaves_no_process(tmp_path):
             assert (await s.run(code)).ok
             cell = asyncio.ensure_future(busy.run("import time\ntime.sleep(60)", timeout_s=2))
             await asyncio.sleep(0.3)
-            processes = _descendants(srv.pid)
+            processes = descendants(srv.pid)
             srv.proc.send_signal(signal.SIGTERM)
             r = await asyncio.wait_for(cell, NO_HANG_S)
             assert r.status is Status.TIMEOUT  # it ran to its own limit and was answered
@@ -407,7 +389,7 @@ def test_a_second_sigterm_stops_a_draining_server_at_once(tmp_path):
             session = await client.session()
             cell = asyncio.ensure_future(session.run("import time\ntime.sleep(60)", timeout_s=60))
             await asyncio.sleep(0.3)
-            processes = _descendants(srv.pid)
+            processes = descendants(srv.pid)
             srv.proc.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + NO_HANG_S
             while "stopping (" not in srv.stderr_path.read_text():
