@@ -337,8 +337,9 @@ class SlotKVCache(Cache):
 
     def reserve(self, rows: int, cap: int) -> None:
         """Make room for `rows` slots of `cap` positions, where slots `rows`.. and positions
-        `cap`.. hold nothing in use: a dimension that must grow doubles (O(1) amortized), and
-        the shape is then cut back to `max_positions` (see `_shape`)."""
+        `cap`.. hold nothing in use. Only when one must grow (or the budget shrank) is the
+        tensor reallocated: that dimension doubles (O(1) amortized), the other is cut back to
+        what is in use, all within `max_positions` (`_shape`)."""
         over = self.max_positions is not None and self.positions > self.max_positions
         if rows <= self.rows and cap <= self.capacity and not over:
             return
