@@ -443,3 +443,24 @@ def test_a_shipped_model_entry_is_accepted_by_name(run_recipe, tmp_path):
             check_model_source("my-lab-tiny-instuct", "model.name_or_path")
     finally:
         SHIPPED_MODELS.unregister("my-lab-tiny-instruct")
+
+
+@pytest.mark.parametrize(
+    "registry_path,entry,expected",
+    [
+        ("tirl.rollout.engines:ENGINES", lambda spec: None, "must be a EngineKind, got function"),
+        ("tirl.protocol:PROTOCOLS", "cir_fences", "must be a Protocol, got str"),
+        ("tirl.rewards.reward:REWARDS", lambda traj: 1.0, "must be a type, got function"),
+        ("tirl.algos.losses:POLICY_LOSSES", 0.5, "must be a Callable, got float"),
+    ],
+)
+def test_an_entry_of_the_wrong_type_is_refused_when_registered(registry_path, entry, expected):
+    """A registration is type-checked (issue 44): `@ENGINES.register` on a bare factory (the
+    old docstring's example) stores no function where an EngineKind is read later."""
+    import importlib
+
+    module, name = registry_path.split(":")
+    registry = getattr(importlib.import_module(module), name)
+    with pytest.raises(TypeError, match=expected):
+        registry.add("a_plugins_entry", entry)
+    assert "a_plugins_entry" not in registry.entries()

@@ -3,8 +3,12 @@
 Advantage estimators, policy losses, rewards, task sources, protocols, engines and sandbox
 transports are each a `Registry`. An entry is added by decorating it,
 
-    @ENGINES.register("vllm")
-    def make_vllm_engine(...): ...
+    @POLICY_LOSSES.register("my_loss")
+    def my_loss(logprobs, old_logprobs, advantages, mask, **params): ...
+
+(or by the extension point's own decorator where an entry is more than the decorated object:
+`register_engine` wraps a factory in an `EngineKind`). An entry of the wrong type is refused
+when it is added (`entry_type`), not when a run first uses it.
 
 from a file of tirl's or a plugin (`tirl.plugins`), and looked up by the name a config gives.
 A config field checks its value with `registry.problem(name)`, so the accepted names are the
@@ -43,10 +47,16 @@ T = TypeVar("T")
 class Registry(Mapping[str, T], Generic[T]):
     """Named entries of one kind (`kind` is how messages name it: "policy loss", "engine")."""
 
-    def __init__(self, kind: str, check: Callable[[str, T], None] | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        check: Callable[[str, T], None] | None = None,
+        entry_type: type | None = None,
+    ) -> None:
         self.kind = kind
         self._entries: dict[str, T] = {}
         self._check = check  # raises TypeError for an entry that cannot serve
+        self._entry_type = entry_type  # what every entry must be an instance of
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: add the decorated entry under `name` (a name is registered once)."""
@@ -60,6 +70,11 @@ class Registry(Mapping[str, T], Generic[T]):
     def add(self, name: str, entry: T) -> None:
         if name in self._entries:
             raise ValueError(f"{self.kind} {name!r} is already registered")
+        if self._entry_type is not None and not isinstance(entry, self._entry_type):
+            raise TypeError(
+                f"{self.kind} {name!r} must be a {self._entry_type.__name__}, got"
+                f" {type(entry).__name__} (see docs/extending.md for how to register one)"
+            )
         if self._check is not None:
             self._check(name, entry)
         self._entries[name] = entry

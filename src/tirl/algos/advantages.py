@@ -40,7 +40,7 @@ from tirl.registry import Registry
 # (rewards [B], group_ids [B], mask [B, T], *, gamma, kl, kl_coef) -> advantages [B, T]
 AdvantageFn = Callable[..., Tensor]
 
-ADVANTAGE_ESTIMATORS: Registry[AdvantageFn] = Registry("advantage estimator")
+ADVANTAGE_ESTIMATORS: Registry[AdvantageFn] = Registry("advantage estimator", entry_type=Callable)
 
 # The arguments every estimator receives from `token_advantages`; any other keyword is a parameter.
 ADVANTAGE_ARGS = ("rewards", "group_ids", "mask", "gamma", "kl", "kl_coef")

@@ -44,7 +44,7 @@ _K3_CLAMP = 10.0
 # (logprobs, old_logprobs, advantages, mask [B, T], *, agg, norm_len, **params) -> (loss, metrics)
 PolicyLossFn = Callable[..., tuple[Tensor, dict[str, float]]]
 
-POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss", entry_type=Callable)
 
 # The arguments every policy loss receives from the trainer; any other keyword is a parameter.
 POLICY_LOSS_ARGS = ("logprobs", "old_logprobs", "advantages", "mask", "agg", "norm_len")

@@ -62,7 +62,7 @@ class ShippedModel:
     about: str  # one line: what the model is, its licence
 
 
-SHIPPED_MODELS: Registry[ShippedModel] = Registry("shipped model")
+SHIPPED_MODELS: Registry[ShippedModel] = Registry("shipped model", entry_type=ShippedModel)
 SHIPPED_MODELS.add(
     "smollm2-135m-instruct",
     ShippedModel(

@@ -6,7 +6,7 @@ from tirl.protocol.fences import CIR_FENCES, DEFAULT_TOOL, Boundary, Protocol, T
 from tirl.protocol.tags import AGENTMATH_TAGS
 from tirl.registry import Registry
 
-PROTOCOLS: Registry[Protocol] = Registry("protocol")
+PROTOCOLS: Registry[Protocol] = Registry("protocol", entry_type=Protocol)
 for _protocol in (CIR_FENCES, AGENTMATH_TAGS):
     PROTOCOLS.add(_protocol.name, _protocol)
 

@@ -47,7 +47,7 @@ class Reward(Protocol):
 
 
 # name -> the reward's class; its constructor takes the parameters
-REWARDS: Registry[type] = Registry("reward")
+REWARDS: Registry[type] = Registry("reward", entry_type=type)
 
 # Class decorator: register a reward class under a name.
 register_reward = REWARDS.register

@@ -90,7 +90,7 @@ class EngineKind:
     sleeps: Callable[[Mapping[str, Any]], bool] = _never  # (options) -> sleeps during updates
 
 
-ENGINES: Registry[EngineKind] = Registry("rollout engine")
+ENGINES: Registry[EngineKind] = Registry("rollout engine", entry_type=EngineKind)
 
 
 def register_engine(

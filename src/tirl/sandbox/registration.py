@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # an annotation only: the config's module imports the transpo
 
 SandboxFactory = Callable[["SandboxConfig"], SandboxClient]
 
-SANDBOX_TRANSPORTS: Registry[SandboxFactory] = Registry("sandbox transport")
+SANDBOX_TRANSPORTS: Registry[SandboxFactory] = Registry("sandbox transport", entry_type=Callable)
 
 
 @dataclass(frozen=True)
