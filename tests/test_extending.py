@@ -464,3 +464,26 @@ def test_an_entry_of_the_wrong_type_is_refused_when_registered(registry_path, en
     with pytest.raises(TypeError, match=expected):
         registry.add("a_plugins_entry", entry)
     assert "a_plugins_entry" not in registry.entries()
+
+
+def test_a_scoring_kind_of_a_plugin_travels_as_json_without_editing_tirl():
+    """verl's agent loop rebuilds tasks from JSON (`tirl.tasks.serialize`): a plugin's own
+    scoring kind registers how its scorer is rebuilt."""
+    from tirl.tasks.base import Task
+    from tirl.tasks.serialize import SCORINGS, task_from_dict, task_to_dict
+
+    @SCORINGS.register("length")
+    def length_scorer(answer, meta, task_id):
+        return lambda text: len(text) == int(answer)
+
+    try:
+        task = Task(
+            id="t0", split="test", problem="Say 3 letters.", answer="3",
+            scorer=lambda text: len(text) == 3, source="mine", meta={"scoring": "length"},
+        )  # fmt: skip
+        again = task_from_dict(task_to_dict(task))
+        assert again.scorer("abc") and not again.scorer("abcd")
+    finally:
+        SCORINGS.unregister("length")
+    with pytest.raises(ValueError, match="scoring 'length' cannot be serialized"):
+        task_to_dict(task)
