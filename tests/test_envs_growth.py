@@ -18,7 +18,7 @@ from test_envs_races_distribution import build_statistics
 
 import tirl.envs.library  # noqa: F401
 from tirl.envs import core
-from tirl.envs.core import Registry, atomic
+from tirl.envs.core import Environments, atomic
 from tirl.envs.dataset import BuildConfig, build_tasks
 from tirl.envs.types import Int
 
@@ -26,11 +26,11 @@ ADDED = "numbers.growth_test_odd_digits"  # a name no library module will take
 
 
 @pytest.fixture()
-def grown_library(monkeypatch) -> Registry:
+def grown_library(monkeypatch) -> Environments:
     """The library with one more environment, registered first; `core.REGISTRY` while the
     test runs."""
     library = list(core.REGISTRY)
-    grown = Registry()
+    grown = Environments()
     monkeypatch.setattr(core, "REGISTRY", grown)  # what a library module registers into
 
     @atomic("numbers", Int(0, 10**12), Int(0, 13), "Count the odd decimal digits of the input.")
@@ -63,6 +63,6 @@ def test_an_added_environment_changes_no_recorded_statistic(grown_library, monke
     assert build_statistics(seed=0, n=2000) == grown
 
 
-def _without_added(registry: Registry) -> Registry:
+def _without_added(registry: Environments) -> Environments:
     """The library as it was: every environment but the added one, in registration order."""
     return registry.subset([e.name for e in registry if e.name != ADDED])

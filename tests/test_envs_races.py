@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tirl.envs.core import Chain, Composite, EnvironmentError_, Registry, atomic
+from tirl.envs.core import Chain, Composite, EnvironmentError_, Environments, atomic
 from tirl.envs.operators import (
     OperatorReward,
     OperatorTask,
@@ -28,7 +28,7 @@ from tirl.envs.operators import (
 from tirl.envs.search import SearchConfig, search, take
 from tirl.envs.types import Int, IntList
 
-REG = Registry()
+REG = Environments()
 SMALL = Int(-1000, 1000)
 
 
@@ -89,7 +89,7 @@ def answer(label, values):
 
 
 # ---------------------------------------------------------------------------------------------
-# Registry and composition
+# Environments and composition
 
 
 def test_duplicate_and_unknown_names_are_errors():
@@ -268,8 +268,8 @@ def _helper(x):
     return x + 1
 
 
-def _malformed_registry() -> Registry:
-    reg = Registry()
+def _malformed_registry() -> Environments:
+    reg = Environments()
 
     @atomic("bad", SMALL, SMALL, "Divide the input by zero.", registry=reg)
     def raises(x):
@@ -333,7 +333,7 @@ def test_check_passes_a_well_formed_environment():
 def test_slow_and_oversized_steps_are_dropped():
     from tirl.envs.search import try_step
 
-    reg = Registry()
+    reg = Environments()
 
     @atomic("slow", SMALL, SMALL, "Wait, then add one.", registry=reg)
     def sleepy(x):
@@ -455,8 +455,8 @@ def test_sized_searches_drop_only_states_every_search_has_passed():
     assert any(level.base > 0 for level in levels)  # some states were dropped
 
 
-def _counting_registry(calls: list) -> Registry:
-    reg = Registry()
+def _counting_registry(calls: list) -> Environments:
+    reg = Environments()
 
     @atomic("count", SMALL, Int(-1001, 1001), "Add one.", registry=reg)
     def plus(x):
@@ -509,7 +509,7 @@ def test_a_step_that_times_out_once_is_run_again():
     load (the golden test would be flaky otherwise)."""
     from tirl.envs.search import step_timer, try_step
 
-    reg = Registry()
+    reg = Environments()
     calls = []
 
     @atomic("slow", SMALL, SMALL, "Add one (slowly, the first time).", registry=reg)
@@ -545,7 +545,7 @@ def test_a_timeout_swallowed_in_a_finalizer_still_times_the_step_out(monkeypatch
             while time.perf_counter() < end:
                 pass
 
-    reg = Registry()
+    reg = Environments()
 
     @atomic("slow", SMALL, SMALL, "Add one, after a slow finalizer and a nap.", registry=reg)
     def finalized(x):

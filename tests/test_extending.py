@@ -139,7 +139,7 @@ def test_an_environment_recipe_passes_the_library_checks(run_recipe, monkeypatch
     import tirl.envs.core as core
     from tirl.envs.check import check_environment
 
-    monkeypatch.setattr(core, "REGISTRY", core.Registry())  # the real one stays as it was
+    monkeypatch.setattr(core, "REGISTRY", core.Environments())  # the real one stays as it was
     run_recipe("An environment (RACES)")
     env = core.REGISTRY.get("numbers.digit_sum_of")
     assert env.apply(1234) == 10

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from tirl.envs.core import Chain, Registry, atomic
+from tirl.envs.core import Chain, Environments, atomic
 from tirl.envs.operators import (
     MALFORMED,
     OperatorReward,
@@ -21,7 +21,7 @@ from tirl.envs.operators import (
 )
 from tirl.envs.types import Int
 
-REG = Registry()
+REG = Environments()
 
 
 @atomic("stored", Int(-1000, 1000), Int(-2000, 2000), "Double the input.", registry=REG)

@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from tirl.envs.core import Environment, Registry
+from tirl.envs.core import Environment, Environments
 from tirl.envs.seeding import item_rng
 
 SCALAR_KINDS = {"int", "bool", "rational", "str", "date"}
@@ -131,7 +131,7 @@ def check_environment(env: Environment, n: int = 30) -> list[str]:
     return faults
 
 
-def check_registry(registry: Registry, n: int = 30) -> dict[str, list[str]]:
+def check_registry(registry: Environments, n: int = 30) -> dict[str, list[str]]:
     """Faults by environment name, for the environments that have any."""
     found = {}
     for env in sorted(registry, key=lambda e: e.name):

@@ -16,8 +16,7 @@ from tirl.config import ConfigError
 
 
 def _registry():
-    import tirl.envs.library  # noqa: F401  (registers the library)
-    from tirl.envs.core import REGISTRY
+    from tirl.envs.registry import REGISTRY
 
     return REGISTRY
 
@@ -104,7 +103,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from tirl.envs.check import check_registry
-    from tirl.envs.core import REGISTRY, Registry
+    from tirl.envs.core import REGISTRY, Environments
 
     before = set(REGISTRY.names())
     for module in args.module or []:
@@ -118,7 +117,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise ConfigError(
                 "the given modules registered no environment (use tirl.envs.core.atomic)"
             )
-        registry = Registry()
+        registry = Environments()
         for n in mine:
             registry.add(REGISTRY.get(n))
     else:

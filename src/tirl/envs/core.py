@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.envs.types import AnswerError, Type
+from tirl.plugins import load_installed
 from tirl.registry import Registry as NamedRegistry
 
 
@@ -116,11 +117,14 @@ def _check_environment(name: str, env: Environment) -> None:
         raise EnvironmentError_(f"environment {name!r} has an empty instruction")
 
 
-class Registry:
+class Environments:
     """Environments by name (held in the one `tirl.registry.Registry`, so a name is registered
     once and a plugin's environments sit beside the library's), with the type graph the
     composition search walks. Asking for a name that does not exist is an error with the
-    closest names in the message."""
+    closest names in the message. Read the registry with the library in it from
+    `tirl.envs.registry`. A read by name or of the whole loads installed plugins first, as
+    every registry's does; `find` and `accepting`, which the search calls by the million, do
+    not (a search has read the registry before)."""
 
     def __init__(self) -> None:
         self._named = NamedRegistry[Environment]("environment", check=_check_environment)
@@ -138,6 +142,7 @@ class Registry:
         return env
 
     def get(self, name: str) -> Environment:
+        load_installed()
         try:
             return self._envs[name]
         except KeyError:
@@ -146,6 +151,7 @@ class Registry:
             raise KeyError(f"no environment named {name!r}{hint}") from None
 
     def __contains__(self, name: str) -> bool:
+        load_installed()
         return name in self._envs
 
     def find(self, names: Iterable[str]) -> list[Environment] | None:
@@ -155,12 +161,15 @@ class Registry:
         return None if None in found else found
 
     def __iter__(self):
+        load_installed()
         return iter(self._envs.values())
 
     def __len__(self) -> int:
+        load_installed()
         return len(self._envs)
 
     def names(self) -> list[str]:
+        load_installed()
         return sorted(self._envs)
 
     def domains(self) -> dict[str, int]:
@@ -200,14 +209,14 @@ class Registry:
             edges[e.signature] = edges.get(e.signature, 0) + 1
         return dict(sorted(edges.items()))
 
-    def subset(self, names: Iterable[str]) -> Registry:
-        sub = Registry()
+    def subset(self, names: Iterable[str]) -> Environments:
+        sub = Environments()
         for n in names:
             sub.add(self.get(n))
         return sub
 
 
-REGISTRY = Registry()
+REGISTRY = Environments()
 
 
 def atomic(
@@ -218,7 +227,7 @@ def atomic(
     *,
     sampler: Callable[[random.Random, int], Any] | None = None,
     equal: Callable[[Any, Any], bool] | None = None,
-    registry: Registry | None = None,
+    registry: Environments | None = None,
 ) -> Callable[[Callable], Callable]:
     """Register the decorated mapper as the environment "<domain>.<function name>"."""
 

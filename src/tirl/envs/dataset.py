@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tirl.envs.core import Registry
+from tirl.envs.core import Environments
 from tirl.envs.operators import OPERATORS, OperatorTask, make_task
 from tirl.envs.search import SearchConfig, sized_searches
 from tirl.envs.seeding import SPLITS, choice, split_of
@@ -104,7 +104,7 @@ def _content(names: tuple[str, ...], x0: str) -> str:
 
 
 def build_tasks(
-    registry: Registry, config: BuildConfig, counts: Counter[str] | None = None
+    registry: Environments, config: BuildConfig, counts: Counter[str] | None = None
 ) -> Iterator[OperatorTask]:
     """Up to config.n tasks (fewer only if the search runs out of composites). Each task's size
     is drawn uniformly from [min_size, max_size] and its operator from the mixture. One search

@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from tirl.envs.core import Chain, Environment, Registry
+from tirl.envs.core import Chain, Environment, Environments
 from tirl.envs.operators import REWARDS, OperatorTask
 from tirl.envs.types import Type
 
@@ -215,7 +215,9 @@ def search_code(sources: Sequence[str], x0: str, target: str, kind: Type, sizes:
     )
 
 
-def order_search_steps(task: OperatorTask, traj: Chain, registry: Registry) -> list[DemoStep] | str:
+def order_search_steps(
+    task: OperatorTask, traj: Chain, registry: Environments
+) -> list[DemoStep] | str:
     """The SORT or SELECT solution of `task` by search (see the module doc), ending in the
     order found, or the reason it cannot be written."""
     ops = [registry.get(name) for name in task.candidates]
@@ -245,7 +247,7 @@ def order_search_steps(task: OperatorTask, traj: Chain, registry: Registry) -> l
     ]
 
 
-def chain_of(task: OperatorTask, registry: Registry) -> Chain | str:
+def chain_of(task: OperatorTask, registry: Environments) -> Chain | str:
     """The composite behind a stored task: x_0 read back from its rendered form and each step's
     mapper run on it, or the reason it cannot be rebuilt (an unknown environment, a state that
     does not parse, or a recomputed state that differs from the stored one)."""
@@ -263,7 +265,7 @@ def chain_of(task: OperatorTask, registry: Registry) -> Chain | str:
 
 
 def operator_steps(
-    task: OperatorTask, registry: Registry, search_orders: bool = True
+    task: OperatorTask, registry: Environments, search_orders: bool = True
 ) -> list[DemoStep] | str:
     """The code solution of a stored task, or why there is none (SORT and SELECT: a search,
     unless `search_orders` is False)."""

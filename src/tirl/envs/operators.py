@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from tirl.envs.core import Chain, Environment, Registry, run_chain
+from tirl.envs.core import Chain, Environment, Environments, run_chain
 from tirl.envs.seeding import Drawing, shuffle
 from tirl.envs.types import AnswerError
 
@@ -245,7 +245,7 @@ def sort(traj: Chain, rng: random.Random) -> OperatorTask:
 
 
 def executable_distractors(
-    traj: Chain, registry: Registry, n: int, rng: random.Random
+    traj: Chain, registry: Environments, n: int, rng: random.Random
 ) -> list[Environment]:
     """B_π: environments outside the path that run on one of the states x_0..y_{t-1}, so they
     look usable (RACES: distractors are executable, not random text). The candidates are taken
@@ -272,7 +272,7 @@ def executable_distractors(
 
 
 def select(
-    traj: Chain, registry: Registry, rng: random.Random, n_distractors: int | None = None
+    traj: Chain, registry: Environments, rng: random.Random, n_distractors: int | None = None
 ) -> OperatorTask:
     xs = traj.rendered()
     n = n_distractors if n_distractors is not None else max(2, traj.size // 2 + 1)
@@ -302,7 +302,9 @@ def select(
     )
 
 
-def make_task(operator: str, traj: Chain, registry: Registry, rng: random.Random) -> OperatorTask:
+def make_task(
+    operator: str, traj: Chain, registry: Environments, rng: random.Random
+) -> OperatorTask:
     if operator == "sequential":
         return sequential(traj)
     if operator == "parallel":
@@ -356,7 +358,7 @@ def _labelled_lines(block: str, label: str, t: int) -> dict[int, str]:
 def _step_results(
     task: OperatorTask,
     response: str,
-    registry: Registry,
+    registry: Environments,
     label: str,
     states: list[Any] | None = None,
 ) -> list[tuple[bool, str]]:
@@ -385,7 +387,7 @@ def _step_results(
 
 
 def reward_sequential(
-    task: OperatorTask, response: str, registry: Registry, states: list[Any] | None = None
+    task: OperatorTask, response: str, registry: Environments, states: list[Any] | None = None
 ) -> OperatorReward:
     """R_Seq = K / t with K the length of the longest correct prefix."""
     results = _step_results(task, response, registry, "Step", states)
@@ -396,7 +398,7 @@ def reward_sequential(
 
 
 def reward_parallel(
-    task: OperatorTask, response: str, registry: Registry, states: list[Any] | None = None
+    task: OperatorTask, response: str, registry: Environments, states: list[Any] | None = None
 ) -> OperatorReward:
     """R_Par = (1/t) Σ V_{e_i}(ŷ_i, y_i)."""
     results = _step_results(task, response, registry, "Branch", states)
@@ -417,7 +419,7 @@ def _chosen(task: OperatorTask, response: str) -> list[str]:
 
 
 def _reaches_target(
-    task: OperatorTask, names: list[str], registry: Registry, states: list[Any] | None
+    task: OperatorTask, names: list[str], registry: Environments, states: list[Any] | None
 ) -> OperatorReward:
     envs = registry.find(names) or [registry.get(n) for n in names]  # (get: its error)
     first, last = registry.get(task.envs[0]), registry.get(task.envs[-1])
@@ -435,7 +437,7 @@ def _reaches_target(
 
 
 def reward_sort(
-    task: OperatorTask, response: str, registry: Registry, states: list[Any] | None = None
+    task: OperatorTask, response: str, registry: Environments, states: list[Any] | None = None
 ) -> OperatorReward:
     """R_Sort = 1 iff the predicted order of all t operations maps x_0 to y_t."""
     try:
@@ -448,7 +450,7 @@ def reward_sort(
 
 
 def reward_select(
-    task: OperatorTask, response: str, registry: Registry, states: list[Any] | None = None
+    task: OperatorTask, response: str, registry: Environments, states: list[Any] | None = None
 ) -> OperatorReward:
     """R_Sel = 1 iff the chosen operations, in the chosen order, map x_0 to y_t."""
     try:
@@ -468,7 +470,7 @@ REWARDS = {
 }
 
 
-def task_problem(task: OperatorTask, registry: Registry) -> str | None:
+def task_problem(task: OperatorTask, registry: Environments) -> str | None:
     """Why `task` cannot be scored against `registry`, or None if it can.
 
     Checks what scoring relies on: a known operator, at least one step, one stored state per step
@@ -490,7 +492,7 @@ def _holds(candidates: tuple[str, ...], envs: tuple[str, ...]) -> bool:
     return not Counter(envs) - Counter(candidates)
 
 
-def _check(task: OperatorTask, registry: Registry) -> str | list[Any]:
+def _check(task: OperatorTask, registry: Environments) -> str | list[Any]:
     """`task_problem`'s reason, or the stored states parsed (what the rewards compare with)."""
     if not isinstance(task, OperatorTask):
         return f"a task is a OperatorTask, not {type(task).__name__} (read rows with OperatorTask.from_dict)"
@@ -614,7 +616,7 @@ def _stored_states(steps: list[Environment], xs: tuple[str, ...]) -> str | list[
     return states
 
 
-def score(task: OperatorTask, response: str, registry: Registry) -> OperatorReward:
+def score(task: OperatorTask, response: str, registry: Environments) -> OperatorReward:
     """The operator's reward for `response`. Never raises: a task `task_problem` finds fault with
     scores 0 with "malformed task: <why>", and a failure while scoring scores 0 with its error.
     The states the check parsed are the ones the reward compares with (each is parsed once)."""

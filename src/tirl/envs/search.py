@@ -63,7 +63,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tirl.envs.core import Chain, Environment, Registry
+from tirl.envs.core import Chain, Environment, Environments
 from tirl.envs.seeding import child_key, hashed_order, item_rng, path_key, permutation
 
 
@@ -561,7 +561,7 @@ class _Walk:
 
     def __init__(
         self,
-        registry: Registry,
+        registry: Environments,
         seed: int,
         config: SearchConfig,
         split: str,
@@ -596,7 +596,7 @@ _WALKS: weakref.WeakValueDictionary[tuple, _Walk] = weakref.WeakValueDictionary(
 
 
 def _walk(
-    registry: Registry, seed: int, config: SearchConfig, split: str, starts: list[Environment]
+    registry: Environments, seed: int, config: SearchConfig, split: str, starts: list[Environment]
 ) -> _Walk:
     """The walk for this search: shared with the searches of this thread (their pulls interleave
     only at yields) over the same environments, starts, seed, split and configuration but for
@@ -615,7 +615,7 @@ def _walk(
 
 
 def search(
-    registry: Registry,
+    registry: Environments,
     seed: int = 0,
     config: SearchConfig | None = None,
     split: str = "train",
@@ -638,7 +638,7 @@ def search(
 
 
 def sized_searches(
-    registry: Registry,
+    registry: Environments,
     seed: int,
     config: SearchConfig,
     split: str,

@@ -28,7 +28,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from tirl.envs.core import REGISTRY, Chain, Environment, Registry
+from tirl.envs.core import REGISTRY, Chain, Environment, Environments
 from tirl.envs.dataset import DEFAULT_MIXTURE
 from tirl.envs.operators import OPERATORS, OperatorTask, make_task
 from tirl.envs.search import SearchConfig, search
@@ -81,7 +81,7 @@ def choose_pool(pool_size: int, unseen: int, seed: int, max_instruction: int = 1
     most `max_instruction` characters: the first `pool_size + unseen`; which of them are unseen
     is drawn with `seed`, and RACES-small keeps a fifth of the rest (at least two). Environments
     that leave most inputs as they are are skipped."""
-    import tirl.envs.library  # noqa: F401  (registers the environments)
+    from tirl.envs.registry import REGISTRY
 
     fitting = [
         e for e in REGISTRY
@@ -135,7 +135,7 @@ class HeldOut:
 
 
 def _chains(
-    registry: Registry, size: int, seed: int, tag: str, side: str, per_composite: int
+    registry: Environments, size: int, seed: int, tag: str, side: str, per_composite: int
 ) -> Iterator[Chain]:
     """The search's stream for one set (`tag`): its own seed, so sets draw different inputs. An
     atomic task is its own composition: only its inputs vary, as many as it has."""
@@ -147,7 +147,7 @@ def _chains(
 
 
 def draw_tasks(
-    registry: Registry,
+    registry: Environments,
     spec: ArmSpec,
     n: int,
     seed: int,
@@ -187,7 +187,7 @@ def draw_tasks(
 
 
 def held_out_compositions(
-    registry: Registry, per_cell: int, seed: int, held_out: HeldOut
+    registry: Environments, per_cell: int, seed: int, held_out: HeldOut
 ) -> list[OperatorTask]:
     """`per_cell` held-out compositions for every (size 2-5, operator), each composition once."""
     rng = random.Random(f"races-study/heldout/{seed}")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from tirl.envs.core import Chain, Registry
+from tirl.envs.core import Chain, Environments
 from tirl.envs.demos import printed_types, sequential_steps
 from tirl.envs.operators import OperatorTask, score, sequential
 from tirl.files import lock_folder, replacing
@@ -49,7 +49,7 @@ def composite_id(traj: Chain) -> str:
 
 
 async def synthesize(
-    traj: Chain, registry: Registry, sandbox, protocol: str, sandbox_cfg: SandboxConfig
+    traj: Chain, registry: Environments, sandbox, protocol: str, sandbox_cfg: SandboxConfig
 ) -> tuple[str, Outcome]:
     task = sequential(traj)
     item_id = composite_id(traj)
@@ -78,7 +78,7 @@ async def synthesize(
 
 
 def races_trajectories(
-    registry: Registry, n: int, seed: int, min_size: int, max_size: int, level: int, split: str
+    registry: Environments, n: int, seed: int, min_size: int, max_size: int, level: int, split: str
 ):
     from tirl.envs.search import SearchConfig, search
 
@@ -117,8 +117,7 @@ def _run_races(
     protocol: str,
     sandbox_cfg: SandboxConfig,
 ) -> Path:
-    import tirl.envs.library  # noqa: F401  (registers the library)
-    from tirl.envs.core import REGISTRY
+    from tirl.envs.registry import REGISTRY
     from tirl.sandbox.config import make_sandbox
     from tirl.synth.pipeline import StageLog, stage_path
     from tirl.synth.report import write_report

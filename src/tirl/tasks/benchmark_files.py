@@ -208,9 +208,8 @@ def load_races(
     item can also be a training item (the split is decided by content hash). See `races_items`
     for what each item holds and how it must be scored.
     """
-    import tirl.envs.library  # noqa: F401  (registers the environments)
-    from tirl.envs.core import REGISTRY
     from tirl.envs.dataset import DEFAULT_MIXTURE, BuildConfig, build_tasks
+    from tirl.envs.registry import REGISTRY
 
     config = BuildConfig(
         n=n,
@@ -283,9 +282,8 @@ def read_races_tasks(path: str | Path) -> list[tuple[str, Any]]:
     """(location, `OperatorTask`) for each row of a tasks file written by `tirl envs build`
     (JSONL or Parquet), in file order. Every row must be a task the registry can score:
     ValueError naming file and line (or Parquet row) otherwise, and for a file with no rows."""
-    import tirl.envs.library  # noqa: F401  (registers the environments)
-    from tirl.envs.core import REGISTRY
     from tirl.envs.operators import OperatorTask, task_problem
+    from tirl.envs.registry import REGISTRY
 
     path = Path(path)
     if not path.is_file():

@@ -8,10 +8,9 @@ from collections.abc import Iterable
 
 def registered() -> dict[str, list[str]]:
     """Extension point -> the names a config may give it, in the order the guide lists them."""
-    import tirl.envs.library  # noqa: F401  (registers the environments)
     from tirl.algos.advantages import ADVANTAGE_ESTIMATORS
     from tirl.algos.losses import POLICY_LOSSES
-    from tirl.envs.core import REGISTRY as ENVIRONMENTS
+    from tirl.envs.registry import REGISTRY as ENVIRONMENTS
     from tirl.protocol import PROTOCOLS
     from tirl.rewards.reward import REWARDS
     from tirl.rollout.engines import ENGINES

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tirl.config import ConfigError, setting
-from tirl.envs.core import REGISTRY, Registry
+from tirl.envs.core import REGISTRY, Environments
 from tirl.envs.dataset import DEFAULT_MIXTURE, MAX_SIZE, BuildConfig, build_tasks
 from tirl.envs.demos import operator_steps
 from tirl.envs.operators import OPERATORS, OperatorTask, answer_block, score
@@ -51,7 +51,7 @@ from tirl.tasks.base import SPLITS, Code, DemoPart, Score, Task, Think
 from tirl.tasks.registration import register_source
 
 
-def score_operator(task: OperatorTask, model_text: str, registry: Registry = REGISTRY) -> Score:
+def score_operator(task: OperatorTask, model_text: str, registry: Environments = REGISTRY) -> Score:
     """The operator reward of `model_text`; correct only at reward 1."""
     reward = score(task, model_text, registry)
     try:
@@ -150,7 +150,7 @@ class RacesSource:
         self._exhausted: dict[str, bool] = {split: False for split in SPLITS}
         self._streams: dict[str, Iterator[OperatorTask]] = {}
         self._file: dict[str, list[OperatorTask]] | None = None
-        self._registry: Registry | None = None
+        self._registry: Environments | None = None
         self._checked = False
 
     # ------------------------------------------------------------------ checks
@@ -184,9 +184,9 @@ class RacesSource:
         if not self._checked:
             self.validate()
 
-    def _generation_registry(self) -> Registry:
+    def _generation_registry(self) -> Environments:
         if self._registry is None:
-            import tirl.envs.library  # noqa: F401  (registers the environments)
+            from tirl.envs.registry import REGISTRY
 
             self._registry = REGISTRY if self.envs is None else _subset(self.envs)
         return self._registry
@@ -287,7 +287,7 @@ class RacesSource:
         return operator_demonstration(task, use_tools, self.search_orders)
 
 
-def _subset(names: list[str]) -> Registry:
+def _subset(names: list[str]) -> Environments:
     """The registry of the named environments; a name may also be a whole domain."""
     domains = REGISTRY.domains()
     chosen: dict[str, None] = {}
