@@ -54,11 +54,14 @@ def serve_model(
     step_tokens: int = STEP_TOKENS,
     max_queue: int = MAX_QUEUE,
     drain_timeout_s: float = DRAIN_TIMEOUT_S,
+    threads: int = 0,
 ) -> None:
     """Run until SIGTERM/SIGINT (then drain: `tirl.backends.server.serve`). Refuses
     (ValueError) a non-loopback `host` without `api_key` unless `insecure_no_auth`, before the
     model loads. `kv_cache_tokens`: the KV cache budget in positions (None:
-    `default_kv_budget`)."""
+    `default_kv_budget`). `threads`: torch's threads, 0 to follow the cores other processes
+    leave free (`tirl.cpu`: a chunked prefill is many small steps, and on a shared machine
+    each would wait for a thread that a neighbour holds)."""
     from tirl.httpauth import bind_refusal
 
     refusal = bind_refusal(host, api_key, insecure_no_auth, "--api-key-env")
@@ -66,9 +69,11 @@ def serve_model(
         raise ValueError(refusal)
     from tirl.backends.hf import position_bytes
     from tirl.backends.server import serve
+    from tirl.cpu import configure_threads
     from tirl.models.tiny import load_policy
     from tirl.rollout.engines import EngineSpec, make_engine
 
+    configure_threads(threads)
     model, tokenizer = load_policy(model_path)
     model.eval()
     spec = EngineSpec(model=model, eos_id=tokenizer.eos_token_id, max_batch=max_batch, seed=seed)

@@ -26,6 +26,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             step_tokens=args.step_tokens,
             max_queue=args.max_queue,
             drain_timeout_s=args.drain_timeout,
+            threads=args.threads,
         )
     return 0
 
@@ -109,5 +110,13 @@ def add_parser(sub) -> None:
         metavar="S",
         help="on SIGTERM, seconds the requests in flight get to finish before they are cut"
         f" (default {DRAIN_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--threads",
+        type=number(int, "[0, 4096]"),
+        default=0,
+        metavar="N",
+        help="torch threads; 0 (the default) follows the cores other processes leave free"
+        " (tirl.cpu)",
     )
     p.set_defaults(func=cmd_serve, config=None, overrides=[])
