@@ -58,7 +58,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 def pytest_collection_finish(session) -> None:
-    """Start the side suites the selected tests wait for (`side_venv.start_side_suites`)."""
+    """Start the side suites the selected tests wait for (`side_venv.start_side_suites`);
+    none for a run that only collects."""
+    if session.config.option.collectonly:
+        return
     start_side_suites(
         [m.args[0] for item in session.items for m in item.iter_markers("side_suite")]
     )
