@@ -11,6 +11,8 @@ otherwise, never on a command line (where `ps` shows it to every user of the mac
   key gets only its status (`redact_health`); the details (limits, counters, pid) need the key.
 - Clients: `client_key(api_key)` is the key to send, an explicit argument first, else
   `TIRL_API_KEY` when set; `bearer(key)` the header.
+- Stopping: `stop_signals(say)`, the one way both servers stop: the first SIGTERM or SIGINT
+  sets an event (the server drains), a second ends the process at once.
 
 Whether an address is loopback is decided from the host string alone: a numeric literal
 (`127.0.0.1`, `127.1`, `::1`, `[::1]`) is parsed with `getaddrinfo(..., AI_NUMERICHOST)`, which
@@ -24,10 +26,12 @@ wrong guesses (use a long random key: `python -c "import secrets; print(secrets.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import os
 import re
+import signal
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -164,3 +168,21 @@ def authorized(request: web.Request) -> bool:
 def redact_health(request: web.Request, details: dict[str, Any]) -> dict[str, Any]:
     """`details` for a request with the key; only the status for one without."""
     return details if authorized(request) else {"status": details.get("status", "ok")}
+
+
+def stop_signals(say: Callable[[str], None]) -> asyncio.Event:
+    """An event set by the first SIGTERM or SIGINT (the server then drains); a second one ends
+    the process at once, exit code 128 + the signal: whoever signals twice will not wait for
+    a drain (`say` tells the terminal)."""
+    stop = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            say("stopping now (second signal)")
+            os._exit(128 + signum)  # no drain, no cleanup: what the second signal asks
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    return stop

@@ -53,8 +53,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import os
-import signal
 import sys
 import time
 import traceback
@@ -75,7 +73,13 @@ from tirl.backends.server_requests import (
     parse_completion,
     token_bytes_bound,
 )
-from tirl.httpauth import auth_middleware, bind_refusal, is_loopback, redact_health
+from tirl.httpauth import (
+    auth_middleware,
+    bind_refusal,
+    is_loopback,
+    redact_health,
+    stop_signals,
+)
 
 MAX_BODY_BYTES = 16 << 20
 
@@ -568,7 +572,7 @@ def serve(
 
     async def main() -> None:
         server = CompletionServer(engine, tokenizer, model_name, api_key, max_queue)
-        stop = _on_stop_signals()
+        stop = stop_signals(_say)
         # handler_cancellation: a client that hangs up stops its generation at the next step.
         # The drain has already waited for the handlers: cleanup waits no more.
         runner = web.AppRunner(
@@ -600,22 +604,6 @@ def serve(
 
     with contextlib.suppress(KeyboardInterrupt):  # a Ctrl-C before the handlers are set
         asyncio.run(main())
-
-
-def _on_stop_signals() -> asyncio.Event:
-    """An event set by the first SIGTERM or SIGINT; a second one ends the process at once."""
-    stop = asyncio.Event()
-
-    def on_signal(signum: int) -> None:
-        if stop.is_set():
-            _say("stopping now (second signal)")
-            os._exit(128 + signum)  # no drain, no cleanup: what the second signal asks
-        stop.set()
-
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
-    return stop
 
 
 def _say(message: str) -> None:

@@ -44,7 +44,6 @@ import asyncio
 import gc
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -62,6 +61,7 @@ from tirl.httpauth import (
     client_key,
     is_loopback,
     redact_health,
+    stop_signals,
 )
 from tirl.sandbox.api import SandboxClient, SandboxError, SessionBase
 from tirl.sandbox.channel import (
@@ -444,7 +444,7 @@ def serve(
 
 
 async def _serve(server: SandboxServer, host: str, port: int) -> None:
-    stop = _on_stop_signals()
+    stop = stop_signals(_say)
     runner = web.AppRunner(
         server.app(),
         access_log=None,
@@ -477,23 +477,6 @@ async def _serve(server: SandboxServer, host: str, port: int) -> None:
     finally:
         await runner.cleanup()  # stops listening, closes the sandbox (on_shutdown)
         await server.sandbox.close()  # in case startup failed half way
-
-
-def _on_stop_signals() -> asyncio.Event:
-    """An event set by the first SIGTERM or SIGINT; a second one ends the process at once
-    (a drain waits up to --max-timeout-s for a cell: whoever signals twice will not wait)."""
-    stop = asyncio.Event()
-
-    def on_signal(signum: int) -> None:
-        if stop.is_set():
-            _say("stopping now (second signal)")
-            os._exit(128 + signum)  # no drain, no cleanup: what the second signal asks
-        stop.set()
-
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
-    return stop
 
 
 def _say(message: str) -> None:
