@@ -154,7 +154,7 @@ class HFEngine:
 
     receives_weights = True  # it samples with the trainer's model (or a copy it overwrites)
     # Its log-probs are the trainer's own (same weights and dtype, temperature 1), up to float
-    # rounding: `rl.old_logprobs: auto` takes them as pi_old (tirl.train.rl).
+    # rounding: `rl.old_logprobs: auto` takes them as pi_old (tirl.train.learner).
     logprobs_match_trainer = True
 
     def __init__(
