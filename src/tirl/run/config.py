@@ -17,26 +17,22 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tirl.config import ConfigError, check_keyword_params, path_problem, setting
-from tirl.models.config import LoraConfig, ModelConfig
+from tirl.models.config import ModelConfig
 from tirl.protocol.config import ProtocolConfig
 from tirl.rollout.config import RolloutConfig
 from tirl.run.phases import (
-    POLICY_LOSS_FIELDS,
     CurriculumConfig,
     RLConfig,
     RLStage,
     SFTConfig,
     SFTStage,
-    keyword_params,
 )
 from tirl.sandbox.config import SandboxConfig
 
 __all__ = [
-    "POLICY_LOSS_FIELDS",
     "CurriculumConfig",
     "DataConfig",
     "EvalConfig",
-    "LoraConfig",
     "ModelConfig",
     "PromptConfig",
     "ProtocolConfig",
@@ -47,7 +43,6 @@ __all__ = [
     "SFTConfig",
     "SFTStage",
     "SandboxConfig",
-    "keyword_params",
 ]
 
 # Devices torch names; whether one is present is checked when the run starts.
