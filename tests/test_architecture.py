@@ -436,6 +436,24 @@ def test_http_clients_of_a_generation_server_do_not_import_torch():
     assert done.returncode == 0, done.stderr
 
 
+def test_backends_hold_engines_only():
+    """`tirl.backends` is the bottom floor's engines; an HTTP server (`tirl serve`'s app) lives
+    with the apps that run it, so no backend module serves HTTP (aiohttp's `web`)."""
+    serving = [
+        f"{module}:{node.lineno}"
+        for module, path in MODULES.items()
+        if module.startswith("tirl.backends.")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom)
+        and node.module == "aiohttp"
+        and any(alias.name == "web" for alias in node.names)
+        or isinstance(node, ast.Import)
+        and any(alias.name == "aiohttp.web" for alias in node.names)
+    ]
+    assert not serving, f"a backend serves HTTP: {serving}"
+    assert "tirl.apps.server" in MODULES
+
+
 def test_a_registrys_readers_hold_its_built_ins_and_the_task_interface_stays_light():
     """The readers of the three registries whose entries are files (task sources, tools,
     sandbox transports) import those files, so a fresh process finds the built-in entries

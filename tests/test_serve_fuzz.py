@@ -34,7 +34,7 @@ CLIENTS = 8
 DISTINCT_VALID = 40
 VALID_SENT = 240
 MALFORMED = 1200
-BODY_LIMIT = 16 << 20  # tirl.backends.server.MAX_BODY_BYTES
+BODY_LIMIT = 16 << 20  # tirl.apps.server.MAX_BODY_BYTES
 CONTEXT = 256  # the scripted model's positions
 
 

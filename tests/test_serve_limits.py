@@ -11,7 +11,7 @@ import time
 import aiohttp
 from conftest import tirl_serve
 
-from tirl.backends.server_requests import ModelLimits, token_bytes_bound
+from tirl.apps.server_requests import ModelLimits, token_bytes_bound
 from tirl.models.tiny import CHAT_TEMPLATE
 
 MB = 2**20

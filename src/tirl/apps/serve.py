@@ -1,7 +1,7 @@
 """What `tirl serve MODEL` runs: the saved policy loaded, its HF engine built through the engine
 registry (`tirl.rollout.engines`, as every run's engine is), bounded for serving
 (`HFEngine.set_limits`: a KV cache budget, chunked prefill) and served over the
-OpenAI-compatible API of `tirl.backends.server`. Light to import (the CLI reads its defaults
+OpenAI-compatible API of `tirl.apps.server`. Light to import (the CLI reads its defaults
 for `--help`): the server, torch and the model load inside `serve_model`."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def serve_model(
     drain_timeout_s: float = DRAIN_TIMEOUT_S,
     threads: int = 0,
 ) -> None:
-    """Run until SIGTERM/SIGINT (then drain: `tirl.backends.server.serve`). Refuses
+    """Run until SIGTERM/SIGINT (then drain: `tirl.apps.server.serve`). Refuses
     (ValueError) a non-loopback `host` without `api_key` unless `insecure_no_auth`, before the
     model loads. `kv_cache_tokens`: the KV cache budget in positions (None:
     `default_kv_budget`). `threads`: torch's threads, 0 to follow the cores other processes
@@ -68,7 +68,7 @@ def serve_model(
     if refusal:
         raise ValueError(refusal)
     from tirl.backends.hf import position_bytes
-    from tirl.backends.server import serve
+    from tirl.apps.server import serve
     from tirl.cpu import configure_threads
     from tirl.models.tiny import load_policy
     from tirl.rollout.engines import EngineSpec, make_engine

@@ -17,7 +17,7 @@ stream: choice 0 uses `seed` itself, so `n = 1` is the same request as before), 
 `data: [DONE]`; `stream_options.include_usage` adds a usage chunk) and vLLM's
 `return_token_ids`, `include_stop_str_in_output`, `skip_special_tokens`; completions also take
 `logprobs` (0 or 1). What the server accepts, and the 400 for everything else, is in
-`tirl.backends.server_requests`: every request is checked whole before it joins the engine's
+`tirl.apps.server_requests`: every request is checked whole before it joins the engine's
 continuous batch, so no request can fail another.
 
 Load (`HFEngine.set_limits`, set by `tirl.apps.serve`): the KV cache is bounded by a budget
@@ -64,7 +64,7 @@ from typing import Any
 from aiohttp import web
 
 from tirl.backends.hf import HFEngine
-from tirl.backends.server_requests import (
+from tirl.apps.server_requests import (
     BadRequest,
     GenerationRequest,
     ModelLimits,

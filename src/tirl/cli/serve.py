@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "serve",
         help="serve a model over an OpenAI-compatible API (completions, chat, streaming)",
-        description="Serve a model over an OpenAI-compatible API (see tirl.backends.server)."
+        description="Serve a model over an OpenAI-compatible API (see tirl.apps.server)."
         " With $TIRL_API_KEY set, every request must carry 'Authorization: Bearer <key>';"
         " without a key it only binds loopback. Memory follows the load: the KV cache is"
         " bounded by --kv-cache-tokens (requests wait for room, first come first served) and"
