@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tirl.protocol.fences import CIR_FENCES, DEFAULT_TOOL, Boundary, Protocol, ToolBlock
+from tirl.protocol.fences import CIR_FENCES, DEFAULT_TOOL, Boundary, Protocol, Shape, ToolBlock
 from tirl.protocol.tags import AGENTMATH_TAGS
 from tirl.registry import Registry
 
@@ -23,6 +23,7 @@ __all__ = [
     "PROTOCOLS",
     "Boundary",
     "Protocol",
+    "Shape",
     "ToolBlock",
     "get_protocol",
 ]

@@ -23,9 +23,16 @@ segment starts after it; the text is the same, only the split between model and 
 Tools: a protocol detects the blocks of one or more tools (`blocks`, one `ToolBlock` each:
 the tool's name and its opening and closing markers). Without `blocks` it has the one Python
 block (`code_open` / `code_close`), as before tools existed; `tirl.tools.toolset_protocol` gives
-the blocks of the run's tools (```` ```bash ```` for the shell tool), and of the registered tools
-the run did not enable (`ToolBlock.enabled` False: detected, then refused). Whatever tool a block is
-for, its answer is written in the same output block and is the same kind of tool segment.
+the blocks of the run's tools, and of the registered tools the run did not enable
+(`ToolBlock.enabled` False: detected, then refused). Whatever tool a block is for, its answer is
+written in the same output block and is the same kind of tool segment.
+
+How another tool's block is written follows from the protocol's `shape` and a short word the
+tool declares for that shape (`tool_markers`): markdown fences write the block for word `w` as
+```` ```w\n ... \n``` ```` (the shell tool's ```` ```bash ````), tags as `<w>\n ... \n</w>`
+(`<bash>`). So a new protocol of either shape writes every tool's block without a tool being
+edited. A protocol of neither shape (`shape` None) has only its own Python block; a subclass may
+override `tool_markers` to write other tools' blocks its own way.
 
 Only detection and rendering live here; driving a model and a sandbox is `tirl.rollout`.
 Not covered: markers written with other spacing than the protocol's (a block opened with
@@ -55,6 +62,13 @@ class ToolBlock:
     enabled: bool = True
 
 
+class Shape(str, Enum):
+    """How a protocol writes a tool's block from the word the tool declares (`tool_markers`)."""
+
+    FENCES = "fences"  # ```word\n ... \n```
+    TAGS = "tags"  # <word>\n ... \n</word>
+
+
 class Boundary(str, Enum):
     """When a closed code block runs."""
 
@@ -70,6 +84,8 @@ class Protocol:
     `output_open + output + output_close`. The stop marker (stop-token mode) is `output_open`
     without its surrounding whitespace: the model opens the output block itself, and the tool
     writes the rest. In both modes `render_code(c) + render_output(o)` is the same text.
+    Another tool's block is written from the word the tool declares for `shape`
+    (`tool_markers`).
     """
 
     name: str
@@ -79,8 +95,11 @@ class Protocol:
     output_close: str
     boundary: Boundary = Boundary.EXACT_MATCH
     blocks: tuple[ToolBlock, ...] = ()  # () = the one Python block, code_open + code_close
+    shape: Shape | None = None  # how other tools' blocks are written; None: Python's only
 
     def __post_init__(self) -> None:
+        if self.shape is not None:  # a plugin may write the shape as its string ("tags")
+            object.__setattr__(self, "shape", Shape(self.shape))
         if not self.stop_marker:
             raise ValueError(f"protocol {self.name!r}: output_open has no stop marker")
         names = [b.tool for b in self.blocks]
@@ -104,6 +123,15 @@ class Protocol:
     def enabled_tools(self) -> tuple[str, ...]:
         """The tools whose blocks run (the others' blocks are detected and refused)."""
         return tuple(b.tool for b in self.tool_blocks if b.enabled)
+
+    def tool_markers(self, word: str) -> tuple[str, str] | None:
+        """(open, close) of the block a tool names `word` in this protocol's shape, or None
+        when the protocol has no shape (only its own Python block)."""
+        if self.shape is Shape.FENCES:
+            return f"```{word}\n", "\n```"
+        if self.shape is Shape.TAGS:
+            return f"<{word}>\n", f"\n</{word}>"
+        return None
 
     def with_blocks(self, blocks: tuple[ToolBlock, ...]) -> Protocol:
         """The same protocol detecting `blocks` (the tools' blocks of a run)."""
@@ -197,6 +225,7 @@ CIR_FENCES = Protocol(
     code_close=CODE_CLOSE,
     output_open="\n```output\n",
     output_close="\n```\n",
+    shape=Shape.FENCES,
 )
 
 

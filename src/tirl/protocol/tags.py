@@ -10,12 +10,14 @@ model text, runs a `<code>` block once it closes, and shows the sandbox's answer
 
 The paper does not fix the whitespace inside the tags; the newlines here are our choice, and
 the match is exact (`<code>print(1)</code>` without them is not a block). In stop-token mode
-the model must write `<interpreter>` after `</code>` itself (see `tirl.protocol.fences`).
+the model must write `<interpreter>` after `</code>` itself (see `tirl.protocol.fences`). Its
+shape is tags: another tool's block is `<word>` ... `</word>` (the shell tool's `<bash>`; the
+paper has only Python, so a tag named after the tool's language, like the fence, is our choice).
 """
 
 from __future__ import annotations
 
-from tirl.protocol.fences import Protocol
+from tirl.protocol.fences import Protocol, Shape
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -26,4 +28,5 @@ AGENTMATH_TAGS = Protocol(
     code_close="\n</code>",
     output_open="\n<interpreter>\n",
     output_close="\n</interpreter>\n",
+    shape=Shape.TAGS,
 )

@@ -2,9 +2,15 @@
 
 A tool is one file with one class registered by name (`@register_tool("shell")`). It says
 
-- how its blocks are written in each protocol (`markers`: protocol name -> (open, close); the
-  Python tool uses the protocol's own code block, so its markers are the protocol's);
+- the word its blocks are named by, per protocol shape (`words`: `{Shape.FENCES: "bash",
+  Shape.TAGS: "bash"}`); the protocol writes the block from it (```` ```bash ````, `<bash>`:
+  `Protocol.tool_markers`), so a tool names no protocol and a new protocol of either shape
+  needs no tool edited. The Python tool uses the protocol's own code block instead
+  (`PythonTool.block`); its words are what a teacher writes (below);
 - its line of the system prompt (`prompt`), which tells the model the block exists;
+- for synthesis (`tirl.synth`): other words a teacher may write for its blocks (`aliases`,
+  ```` ```sh ```` for ```` ```bash ````), whether its code is Python source (`code_is_python`:
+  the AST-depth filter measures it), and a note for the teacher's system prompt (`synth_note`);
 - how a block runs (`run(code, ctx)`): in the trajectory's sandbox session (`ctx.session()`,
   opened on first use and shared by every tool of the trajectory) or anywhere else;
 - how its result is shown (`run` returns the text, which the tool formats itself, so
@@ -27,7 +33,7 @@ import abc
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from tirl.protocol import Protocol, ToolBlock
+from tirl.protocol import Protocol, Shape, ToolBlock
 from tirl.registry import Registry
 from tirl.sandbox import SessionBase
 
@@ -53,25 +59,38 @@ class ToolResult:
 
 
 class Tool(abc.ABC):
-    """One tool. Subclasses set `markers` and `prompt` and implement `run`; the registry sets
+    """One tool. Subclasses set `words` and `prompt` and implement `run`; the registry sets
     `name`. Tools hold no state: one instance serves every trajectory."""
 
     name: str = ""
-    markers: Mapping[str, tuple[str, str]] = {}  # protocol name -> (open, close)
+    words: Mapping[Shape, str] = {}  # protocol shape -> the word its blocks are named by
     # the system prompt's line about this tool; {open} and {close} are its markers
     prompt: str = ""
+    # Synthesis only. Words a teacher may also write for this tool's blocks (read, never written).
+    aliases: Mapping[Shape, tuple[str, ...]] = {}
+    code_is_python: bool = False  # its blocks are Python source (AST limits apply)
+    # appended to the teacher's system prompt when a synth run enables the tool; {open} and
+    # {close} are its markers in the teacher's protocol (AgentMath's tags)
+    synth_note: str = ""
 
     def block(self, protocol: Protocol) -> ToolBlock | None:
-        """How this tool's blocks are written in `protocol`, or None if it has no markers."""
-        pair = self.markers.get(protocol.name)
+        """How this tool's blocks are written in `protocol` (from its word for the protocol's
+        shape), or None if it has no word for that shape."""
+        word = self.words.get(protocol.shape) if protocol.shape is not None else None
+        pair = None if word is None else protocol.tool_markers(word)
         return None if pair is None else ToolBlock(self.name, *pair)
+
+    def with_markers(self, text: str, protocol: Protocol) -> str:
+        """`text` with {open} and {close} replaced by this tool's markers in `protocol` (their
+        surrounding newlines removed); "" for no text or no block in `protocol`."""
+        block = self.block(protocol)
+        if block is None or not text:
+            return ""
+        return text.format(open=block.open.strip(), close=block.close.strip())
 
     def prompt_line(self, protocol: Protocol) -> str:
         """This tool's line of the system prompt, with its markers as `protocol` writes them."""
-        block = self.block(protocol)
-        if block is None or not self.prompt:
-            return ""
-        return self.prompt.format(open=block.open.strip(), close=block.close.strip())
+        return self.with_markers(self.prompt, protocol)
 
     @abc.abstractmethod
     async def run(self, code: str, ctx: ToolContext) -> ToolResult:
@@ -81,6 +100,16 @@ class Tool(abc.ABC):
 def _check(name: str, entry: Tool) -> None:
     if not isinstance(entry, Tool):
         raise TypeError(f"tool {name!r} must be a tirl.tools.Tool, got {type(entry).__name__}")
+    # Checked here so a plugin's slip is one error when it registers, not a bad regex later.
+    if any(isinstance(words, str) for words in entry.aliases.values()):
+        raise TypeError(f"tool {name!r}: aliases map a shape to a tuple of words")
+    pairs = [*entry.words.items(), *((s, w) for s, ws in entry.aliases.items() for w in ws)]
+    for shape, word in pairs:
+        if shape not in set(Shape):  # a str-valued Enum: "tags" is Shape.TAGS
+            shapes = ", ".join(s.value for s in Shape)
+            raise TypeError(f"tool {name!r}: {shape!r} is not a protocol shape ({shapes})")
+        if not isinstance(word, str) or not word or word != word.strip():
+            raise TypeError(f"tool {name!r}: {word!r} is not a word for its blocks")
 
 
 TOOLS: Registry[Tool] = Registry("tool", check=_check)

@@ -1,13 +1,15 @@
 """The Python tool: a block is a cell of the trajectory's stateful sandbox session.
 
 Its blocks are the protocol's own code block (```` ```python ```` in CIR's fences, `<code>` in
-AgentMath's tags), and its output is the sandbox's one formatter (`tirl.sandbox.format_result`):
-exactly what the rollout did before tools were an interface.
+AgentMath's tags), whatever the protocol's shape, and its output is the sandbox's one formatter
+(`tirl.sandbox.format_result`): exactly what the rollout did before tools were an interface. Its
+`words` (`python`, `code`) and `aliases` (```` ```py ````, ```` ```python3 ````) are what
+synthesis reads in a teacher's text; in a rollout they are the two built-in protocols' own.
 """
 
 from __future__ import annotations
 
-from tirl.protocol import Protocol, ToolBlock
+from tirl.protocol import Protocol, Shape, ToolBlock
 from tirl.sandbox import format_result
 from tirl.tools.base import Tool, ToolContext, ToolResult, register_tool
 
@@ -18,6 +20,9 @@ class PythonTool(Tool):
         "You can run Python: write code between {open} and {close}; it runs in one interpreter"
         " that keeps its variables between blocks, and what it prints comes back."
     )
+    words = {Shape.FENCES: "python", Shape.TAGS: "code"}
+    aliases = {Shape.FENCES: ("py", "python3")}
+    code_is_python = True
 
     def block(self, protocol: Protocol) -> ToolBlock:
         return ToolBlock(self.name, protocol.code_open, protocol.code_close)

@@ -1,9 +1,10 @@
 """The shell tool: a block is a bash script run inside the trajectory's sandbox session.
 
-Blocks: ```` ```bash ```` ... ```` ``` ```` in CIR's fences (the same closing fence and the
-same ```` ```output ```` answer as Python's) and `<bash>` ... `</bash>` in AgentMath's tags (its
-`<code>` is Python; a tag named after the language, like the fence, is our choice: the paper has
-only Python).
+Blocks: its word is `bash` in both protocol shapes, so ```` ```bash ```` ... ```` ``` ```` in
+fence protocols like CIR's (the same closing fence and the same ```` ```output ```` answer as
+Python's) and `<bash>` ... `</bash>` in tag protocols like AgentMath's (its `<code>` is Python; a
+tag named after the language, like the fence, is our choice: the paper has only Python). A
+teacher's ```` ```sh ```` and ```` ```shell ```` fences are read as shell blocks too (synthesis).
 
 How it runs: the session executes one Python cell that runs `bash -c SCRIPT` as a subprocess
 and waits for it. So the script lives wherever the session does: its working directory (files
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import re
 
+from tirl.protocol import Shape
 from tirl.sandbox import format_result
 from tirl.sandbox.formatter import strip_ansi, truncate_middle
 from tirl.sandbox.result import ExecResult, Status
@@ -60,11 +62,17 @@ def format_shell_result(result: ExecResult, max_chars: int) -> tuple[str, str]:
 
 @register_tool("shell")
 class ShellTool(Tool):
-    markers = {"cir_fences": ("```bash\n", "\n```"), "agentmath_tags": ("<bash>\n", "\n</bash>")}
+    words = {Shape.FENCES: "bash", Shape.TAGS: "bash"}
     prompt = (
         "You can also run bash: write a script between {open} and {close}; it runs in the same"
         " working directory as the Python code, and what it prints (stdout and stderr) comes"
         " back the same way."
+    )
+    aliases = {Shape.FENCES: ("sh", "shell")}
+    synth_note = (
+        "A shell is there too: a {open}...{close} block runs as a bash script in the same session"
+        " (same\nworking directory), followed like any block by the output you expect in"
+        " <interpreter>."
     )
 
     async def run(self, code: str, ctx: ToolContext) -> ToolResult:

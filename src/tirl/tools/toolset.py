@@ -2,9 +2,10 @@
 blocks.
 
 A run enables some tools (`tools: [python, shell]`, default `[python]`). `toolset_protocol`
-gives the protocol that detects the blocks of every registered tool that has markers in it:
-the enabled ones run, and a block for a registered tool that is not enabled is answered with
-one line (`disabled_message`) instead of being run. Why not let it pass as plain text: the
+gives the protocol that detects the blocks of every registered tool that has a block in it (a
+word for the protocol's shape, `tirl.tools.base.Tool.block`): the enabled ones run, and a block
+for a registered tool that is not enabled is answered with one line (`disabled_message`)
+instead of being run. Why not let it pass as plain text: the
 model would go on as if the block had run and usually write its own "output" after it, which
 is then trained on as model tokens; the one-line refusal is what the budget-spent block
 already gets, so every closed block is answered the same way. Tools registered by a module
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 
 import tirl.tools.builtins  # noqa: F401  (registers the built-in tools)
 from tirl.config import ConfigError
-from tirl.protocol import DEFAULT_TOOL, Protocol
+from tirl.protocol import DEFAULT_TOOL, Protocol, Shape
 from tirl.tools.base import TOOLS
 
 DEFAULT_TOOLS = (DEFAULT_TOOL,)  # what a run enables unless its config says otherwise
@@ -41,10 +42,10 @@ def tools_problem(names: Sequence[str]) -> str | None:
 
 def toolset_protocol(protocol: Protocol, enabled: Sequence[str] = DEFAULT_TOOLS) -> Protocol:
     """`protocol` detecting the blocks of the enabled tools (in their order) and then of every
-    other registered tool that has markers in it (`enabled` False: refused, not run). The
+    other registered tool that has a block in it (`enabled` False: refused, not run). The
     result is what a run writes and reads in: its `enabled_tools` are the run's tools.
 
-    ConfigError (one line) for an unknown tool, or an enabled tool without markers here."""
+    ConfigError (one line) for an unknown tool, or an enabled tool without a block here."""
     problem = tools_problem(enabled)
     if problem:
         raise ConfigError(f"tools {problem}", "tools")
@@ -53,9 +54,11 @@ def toolset_protocol(protocol: Protocol, enabled: Sequence[str] = DEFAULT_TOOLS)
     for name in [*enabled, *(n for n in TOOLS if n not in enabled)]:
         block = TOOLS[name].block(base)
         if block is None and name in enabled:
+            shape = protocol.shape.value if protocol.shape is not None else "no shape"
+            words = ", ".join(Shape(s).value for s in TOOLS[name].words) or "none"
             raise ConfigError(
-                f"tools: {name!r} has no block markers for protocol {protocol.name!r}"
-                f" (it has: {', '.join(TOOLS[name].markers) or 'none'})",
+                f"tools: {name!r} has no block in protocol {protocol.name!r} ({shape}; the"
+                f" tool has words for: {words})",
                 "tools",
             )
         if block is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from tirl.algos.advantages import broadcast_to_tokens, group_mean_baseline, register_advantage
 from tirl.config import setting
 from tirl.envs.seeding import item_rng
+from tirl.protocol import Shape
 from tirl.tasks import Task, register_source
 from tirl.tasks.base import Code, Think
 from tirl.tasks.sources.arithmetic import score_integer
@@ -66,7 +67,7 @@ def centered(rewards, group_ids, mask, *, gamma, kl, kl_coef, scale=1.0):
 class CalcTool(Tool):
     """Adds the integers of an expression like `12 + 30` (no sandbox needed)."""
 
-    markers = {"cir_fences": ("```calc\n", "\n```"), "agentmath_tags": ("<calc>\n", "\n</calc>")}
+    words = {Shape.FENCES: "calc", Shape.TAGS: "calc"}  # ```calc fences, <calc> tags
     prompt = "You can add numbers: write them between {open} and {close}."
 
     async def run(self, code: str, ctx: ToolContext) -> ToolResult:
