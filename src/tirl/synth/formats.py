@@ -2,9 +2,12 @@
 
 Teachers mix conventions: `<code>` tags or ```` ```python ```` / ```` ```py ```` fences,
 `<interpreter>` or ```` ```output ```` blocks, `<think>` wrappers or none, odd whitespace.
-`parse_solution` accepts all of these and returns plain steps (text, or code with the output the
-teacher simulated); `render_parts` writes them back in exactly one protocol
-(`tirl.protocol`: AgentMath tags or CIR fences). A text that cannot be read unambiguously (an
+`parse_solution` accepts all of these and returns plain steps (text, or code of some tool with
+the output the teacher simulated); `render_parts` writes them back in exactly one protocol
+(`tirl.protocol`: AgentMath tags or CIR fences). Every registered tool's blocks are read, in
+both shapes, by the words the tool declares and the aliases a teacher may write instead
+(`tirl.tools.base.Tool`: ```` ```bash ````, ```` ```sh ```` or `<bash>` for the shell tool); the
+pattern is built from the registry, once per set of tools. A text that cannot be read unambiguously (an
 unclosed block, an output block with no code before it, no code at all) raises `FormatError`
 with the reason, and the format stage rejects it.
 
@@ -17,11 +20,12 @@ one place (`tirl.tasks.sft_file.steps_to_parts` + `tirl.tasks.demos.demo_segment
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from tirl.protocol import Protocol, get_protocol
+from tirl.protocol import Protocol, Shape, get_protocol
 from tirl.protocol.segments import SegmentKind, Trajectory
 from tirl.protocol.tags import THINK_CLOSE, THINK_OPEN
 from tirl.synth.records import Step
@@ -29,31 +33,52 @@ from tirl.tasks.base import Code
 from tirl.tasks.demos import demo_segment_texts, demo_trajectory, recorded_outputs
 from tirl.tasks.prompts import PLAIN_TEMPLATE, PromptRenderer
 from tirl.tasks.sft_file import read_sft_records, steps_to_parts
-from tirl.tools import DEFAULT_TOOLS, toolset_protocol
+from tirl.tools import DEFAULT_TOOLS, TOOLS, toolset_protocol
 
-_BLOCK = re.compile(
-    r"<code>[ \t]*\n?(?P<tag_code>.*?)\n?[ \t]*</code>"
-    r"|```(?:python|py|python3)[ \t]*\n(?P<fence_code>.*?)\n?[ \t]*```"
-    r"|<bash>[ \t]*\n?(?P<tag_shell>.*?)\n?[ \t]*</bash>"
-    r"|```(?:bash|sh|shell)[ \t]*\n(?P<fence_shell>.*?)\n?[ \t]*```"
-    r"|<interpreter>[ \t]*\n?(?P<tag_out>.*?)\n?[ \t]*</interpreter>"
-    r"|```output[ \t]*\n(?P<fence_out>.*?)\n?[ \t]*```",
-    re.DOTALL,
-)
-# Leftover openers in text mean a block that never closed (or a fence in an unknown language).
-_STRAY = re.compile(r"</?code>|</?bash>|</?interpreter>|```")
+# The output blocks a teacher writes after a block: AgentMath's tag and CIR's fence.
+_OUTPUT_WORDS = {Shape.TAGS: "interpreter", Shape.FENCES: "output"}
 
 
-def _code_of(m: re.Match[str]) -> tuple[str, str] | None:
-    """(tool, code) of a matched code block, or None for an output block."""
-    for tool, groups in (
-        ("python", ("tag_code", "fence_code")),
-        ("shell", ("tag_shell", "fence_shell")),
-    ):
-        for group in groups:
-            if m.group(group) is not None:
-                return tool, m.group(group)
-    return None
+def _block_regex(shape: Shape, word: str) -> str:
+    """A block named `word` in `shape`, its body the one group, whitespace at its edges loose."""
+    w = re.escape(word)
+    if shape is Shape.TAGS:
+        return rf"<{w}>[ \t]*\n?(.*?)\n?[ \t]*</{w}>"
+    return rf"```{w}[ \t]*\n(.*?)\n?[ \t]*```"
+
+
+def _teacher_words() -> tuple[tuple[str, Shape, str], ...]:
+    """(tool, shape, word) for every word a teacher may name a registered tool's block by: its
+    words and its aliases, in both shapes (a teacher mixes conventions whatever the run's)."""
+    found = []
+    for name in TOOLS:
+        tool = TOOLS[name]
+        for shape in Shape:
+            for word in (tool.words.get(shape), *tool.aliases.get(shape, ())):
+                if word is not None:
+                    found.append((name, shape, word))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=8)
+def _reader(words: tuple[tuple[str, Shape, str], ...]):
+    """(block pattern, stray pattern, tool per group) for one set of registered tools' words
+    (compiled once per set: a plugin registering a tool makes a new set). Each alternative has
+    one group, so `m.lastindex` says which block matched; its tool is None for output blocks.
+    ValueError for a word two tools (or a tool and an output block) claim: a teacher's block
+    would be read as either."""
+    owners = {(shape, word): "the output block" for shape, word in _OUTPUT_WORDS.items()}
+    for tool, shape, word in words:
+        if owners.setdefault((shape, word), tool) != tool:
+            raise ValueError(f"{owners[shape, word]!r} and tool {tool!r} both use {word!r}")
+    blocks = [(tool, _block_regex(shape, word)) for tool, shape, word in words]
+    blocks += [(None, _block_regex(shape, word)) for shape, word in _OUTPUT_WORDS.items()]
+    pattern = re.compile("|".join(regex for _, regex in blocks), re.DOTALL)
+    # Leftover openers in text mean a block that never closed (or a fence in an unknown
+    # language): any tag a block is named by, or any fence.
+    tags = [w for _, shape, w in words if shape is Shape.TAGS] + [_OUTPUT_WORDS[Shape.TAGS]]
+    stray = re.compile("|".join(f"</?{re.escape(w)}>" for w in dict.fromkeys(tags)) + "|```")
+    return pattern, stray, (None, *(tool for tool, _ in blocks))
 
 
 class FormatError(ValueError):
@@ -69,33 +94,33 @@ def _clean_text(text: str) -> str:
 
 
 def parse_solution(text: str, tools: Sequence[str] = DEFAULT_TOOLS) -> list[Step]:
-    """Steps of a solution written in any of the known conventions (see the module doc). Shell
-    blocks (```` ```bash ````, `<bash>`) are steps of the shell tool; a block of a tool not in
-    `tools` is a FormatError (the run could not train on it)."""
+    """Steps of a solution written in any of the known conventions (see the module doc). A
+    block named by a registered tool's word or alias, in either shape (```` ```bash ````,
+    `<bash>`), is a step of that tool; a block of a tool not in `tools` is a FormatError (the
+    run could not train on it)."""
+    pattern, stray, tool_of = _reader(_teacher_words())
     steps: list[Step] = []
     pos = 0
 
     def add_text(chunk: str) -> None:
-        if _STRAY.search(chunk):
+        if stray.search(chunk):
             raise FormatError("unclosed or unknown block")
         chunk = _clean_text(chunk)
         if chunk:
             steps.append(Step("text", chunk))
 
-    for m in _BLOCK.finditer(text):
+    for m in pattern.finditer(text):
         between = text[pos : m.start()]
         pos = m.end()
-        call = _code_of(m)
-        if call is not None:
-            tool, code = call
+        tool, body = tool_of[m.lastindex], m.group(m.lastindex)
+        if tool is not None:
             add_text(between)
             if tool not in tools:
                 raise FormatError(f"a {tool} block, a tool this run does not enable")
-            if not code.strip():
+            if not body.strip():
                 raise FormatError("empty code block")
-            steps.append(Step("code", code.strip("\n"), tool=tool))
+            steps.append(Step("code", body.strip("\n"), tool=tool))
             continue
-        out = m.group("tag_out") if m.group("tag_out") is not None else m.group("fence_out")
         last = steps[-1] if steps else None
         if (
             _clean_text(between)
@@ -104,7 +129,7 @@ def parse_solution(text: str, tools: Sequence[str] = DEFAULT_TOOLS) -> list[Step
             or last.simulated is not None
         ):
             raise FormatError("output block without its code block")
-        last.simulated = out.strip("\n")
+        last.simulated = body.strip("\n")
     add_text(text[pos:])
     if not any(s.kind == "code" for s in steps):
         raise FormatError("no code block")

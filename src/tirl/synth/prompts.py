@@ -4,13 +4,17 @@ Prompts follow AgentMath §3.1: code-ify compute-heavy steps only (simple arithm
 so the model does not learn to call the tool for everything), show each block's output as the
 teacher expects it (a simulation, replaced later by the real output), and end with a boxed
 answer. The judge sees, for each block whose real output differs from the simulated one, the
-code, the real output and the reasoning that follows, and answers one verdict per block.
+code, the real output and the reasoning that follows, and answers one verdict per block. A
+synth run's tools other than Python are announced by each tool's own note (`Tool.synth_note`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+
+from tirl.protocol import AGENTMATH_TAGS
+from tirl.tools import DEFAULT_TOOLS, TOOLS
 
 CODEIFY_SYSTEM = """\
 You rewrite step-by-step math solutions into tool-integrated solutions.
@@ -40,17 +44,16 @@ with the real output. Answer with one line per block, exactly "N: AGREE" or "N: 
 _VERDICT = re.compile(r"^\s*(\d+)\s*[:.)]\s*(AGREE|DISAGREE)\b", re.MULTILINE | re.IGNORECASE)
 
 
-SHELL_NOTE = """
-A shell is there too: a <bash>...</bash> block runs as a bash script in the same session (same
-working directory), followed like any block by the output you expect in <interpreter>."""
-
-
 def _with_tools(system: str, tools: Sequence[str]) -> str:
-    return system + SHELL_NOTE if "shell" in tools else system
+    """`system` followed, one line each, by the notes of the enabled tools that carry one
+    (`Tool.synth_note`, with the tool's markers in AgentMath's tags, which these prompts use;
+    the Python tool needs none: the prompts are about it)."""
+    notes = [TOOLS[name].with_markers(TOOLS[name].synth_note, AGENTMATH_TAGS) for name in tools]
+    return system + "".join(f"\n{note}" for note in notes if note)
 
 
 def codeify_messages(
-    problem: str, cot: str, tools: Sequence[str] = ("python",)
+    problem: str, cot: str, tools: Sequence[str] = DEFAULT_TOOLS
 ) -> list[dict[str, str]]:
     user = f"Problem:\n{problem}\n\nSolution to rewrite:\n{cot}"
     system = _with_tools(CODEIFY_SYSTEM, tools)
@@ -58,7 +61,7 @@ def codeify_messages(
 
 
 def self_correct_messages(
-    problem: str, partial: str, tools: Sequence[str] = ("python",)
+    problem: str, partial: str, tools: Sequence[str] = DEFAULT_TOOLS
 ) -> list[dict[str, str]]:
     user = f"Problem:\n{problem}\n\nSolution so far:\n{partial}"
     system = _with_tools(SELF_CORRECT_SYSTEM, tools)

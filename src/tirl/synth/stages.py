@@ -14,7 +14,8 @@ Order and why (AgentMath §3.1; the paper's three phases flattened into one chai
 6. replace_outputs   shown output := real output (counts how many differed)
 7. feedback_alignment blocks whose real output differs from the simulated one go to the judge;
                      a DISAGREE (or no readable verdict) rejects
-8. code_limits       AST depth and line count per block
+8. code_limits       AST depth and line count per block (line count only for a tool whose
+                     code is not Python source: `Tool.code_is_python`)
 9. answer_check      \\boxed{} in the model's own text, verified against the reference answer
 
 A stage returns `Outcome`: the item (None when rejected), the rejection reason, and notes
@@ -206,7 +207,7 @@ async def feedback_alignment(item: Item, ctx: Context) -> Outcome:
 async def code_limits(item: Item, ctx: Context) -> Outcome:
     lim = ctx.cfg.limits
     for step in item.code_steps:
-        if step.tool == "python":
+        if TOOLS[step.tool].code_is_python:
             why = code_limit_reason(step.text, lim.max_ast_depth, lim.max_lines, lim.min_ast_depth)
         else:  # no Python syntax tree to measure: the line count alone
             why = "too many lines" if code_lines(step.text) > lim.max_lines else None
