@@ -45,6 +45,7 @@ BASE = {
     "tirl.cpu",
     "tirl.errors",
     "tirl.plugins",
+    "tirl.report_kit",
 }
 # Modules that count as the command line (nothing may import them).
 CLI_MODULES = {"tirl.cli"}
