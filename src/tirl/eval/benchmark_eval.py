@@ -33,7 +33,6 @@ reward for RACES), so files written before still resume and load.
 
 from __future__ import annotations
 
-import io
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -49,8 +48,9 @@ from tirl.eval.metrics import (
     majority_answer,
     token_efficiency,
 )
-from tirl.files import JsonlAppender, json_text, read_jsonl, write_bytes, write_text
+from tirl.files import JsonlAppender, json_text, read_jsonl, write_text
 from tirl.protocol.segments import Trajectory
+from tirl.report_kit import figure, save_png
 from tirl.rewards.toolstats import aggregate_tool_stats, tool_stats
 from tirl.rollout.runner import Rollout, RolloutSettings, trajectory_seed
 from tirl.tasks.base import Task
@@ -309,11 +309,6 @@ def _fmt(value: Any, spec: str) -> str:
 def write_benchmark_report(results: dict[str, dict], out_dir: Path, title: str) -> list[Path]:
     """metrics.json, report.md (a table per benchmark, then per category) and accuracy.png,
     each written whole (`tirl.files`)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out_dir = Path(out_dir)
     paths = [out_dir / "metrics.json", out_dir / "report.md", out_dir / "accuracy.png"]
     write_text(paths[0], json_text(results) + "\n")
@@ -348,7 +343,8 @@ def write_benchmark_report(results: dict[str, dict], out_dir: Path, title: str) 
         ]
         lines += [f"| {c} | {v:.3f} |" for c, v in m["by_category"].items()]
     write_text(paths[1], "\n".join(lines) + "\n")
-    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(results), 3.2))
+    fig = figure((1.2 + 1.1 * len(results), 3.2))
+    ax = fig.subplots()
     names = list(results)
     values = [results[n][f"avg@{results[n]['k']}"] or 0.0 for n in names]
     ci = [results[n][f"avg@{results[n]['k']}_ci95"] for n in names]
@@ -361,8 +357,5 @@ def write_benchmark_report(results: dict[str, dict], out_dir: Path, title: str) 
     ax.set_ylim(0, 1)
     ax.set_title(title)
     fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=120)
-    plt.close(fig)
-    write_bytes(paths[2], png.getvalue())
+    save_png(fig, paths[2], dpi=120)
     return paths

@@ -24,8 +24,6 @@ be missing: a figure, panel or column with no data is left out rather than drawn
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
 import re
@@ -33,7 +31,6 @@ import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -42,6 +39,7 @@ from tirl.eval.gains import comparison_cells, gains_cells, other_gains, rl_gains
 from tirl.eval.signal import rl_signal_notes
 from tirl.files import json_text, write_text
 from tirl.protocol.segments import Trajectory
+from tirl.report_kit import element, figure, figure_html, html_page, html_table, md_table, save_png
 
 VARIANT_ORDER = ("code", "text")
 PHASE_ORDER = ("base", "before_sft", "sft", "rl")
@@ -403,8 +401,7 @@ _FIGURES = (
 
 
 def _new_figure(n_panels: int) -> tuple[Figure, list]:
-    fig = Figure(figsize=(4.8 * n_panels + 1.2, 3.6), layout="constrained")
-    FigureCanvasAgg(fig)  # render with Agg without touching pyplot's global backend
+    fig = figure((4.8 * n_panels + 1.2, 3.6), layout="constrained")
     axes = fig.subplots(1, n_panels, squeeze=False)[0]
     return fig, list(axes)
 
@@ -437,7 +434,7 @@ def _eval_accuracy_figure(rows: list[dict], path: Path) -> bool:
     ax.set_title("Eval accuracy by phase")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(frameon=False, fontsize=9, loc="upper center", ncol=min(len(variants), 4))
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
     return True
 
 
@@ -470,7 +467,7 @@ def _curriculum_figure(records: list[dict], path: Path) -> bool:
             ax.grid(True, alpha=0.3)
         axes[2 * i].legend(frameon=False, fontsize=7, ncol=2)
     fig.suptitle("Curriculum buckets")
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
     return True
 
 
@@ -498,7 +495,7 @@ def write_plots(records: list[dict], eval_results: dict, plots_dir: Path) -> lis
             _draw_panel(ax, records, variants, phase, key, ylabel, budgets if mark_budget else [])
         fig.suptitle(title)
         path = plots_dir / f"{stem}.png"
-        fig.savefig(path, dpi=110)
+        save_png(fig, path, dpi=110)
         written.append((title, path))
     path = plots_dir / "curriculum.png"
     if _curriculum_figure(records, path):
@@ -550,15 +547,13 @@ def _segment_text(seg) -> str:
 # ---------------------------------------------------------------------------- markdown
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _align(header: list[str]) -> str:
+    """Every table here: two text columns (variant and phase, or their like), then numbers."""
+    return "<<" + ">" * (len(header) - 2)
 
 
 def _md_table(header: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |"]
-    lines.append("|" + "|".join(":---" if i < 2 else "---:" for i in range(len(header))) + "|")
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in body]
-    return "\n".join(lines)
+    return md_table(header, body, _align(header))
 
 
 def _fence(text: str) -> str:
@@ -648,48 +643,19 @@ def _markdown(title, rows, training, plots, picked, config, run_dir, gains=(), e
 
 # ---------------------------------------------------------------------------- html
 
-_CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1150px;margin:2em auto;
-  padding:0 1em;color:#1f2328;line-height:1.45}
-h1{margin-bottom:.2em} h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:1.6em}
-.headline{font-size:1.1em;font-weight:600}
-table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:.5em 0}
-th,td{border:1px solid #d0d7de;padding:3px 9px;text-align:right}
-th{background:#f6f8fa} td.txt,th.txt{text-align:left}
-figure{margin:1em 0} figcaption{font-weight:600;margin-bottom:.3em} img{max-width:100%}
-pre{white-space:pre-wrap;word-break:break-word;background:#f6f8fa;padding:.7em;border-radius:4px;
-  font:12.5px/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
-"""
-
 
 def _html_table(header: list[str], body: list[list[str]]) -> str:
-    def row(cells, tag):
-        return (
-            "<tr>"
-            + "".join(
-                f"<{tag}{' class=txt' if i < 2 else ''}>{html.escape(c)}</{tag}>"
-                for i, c in enumerate(cells)
-            )
-            + "</tr>"
-        )
-
-    return "<table>" + row(header, "th") + "".join(row(r, "td") for r in body) + "</table>"
+    return html_table(header, body, _align(header))
 
 
 def _html(title, rows, training, plots, picked, config, tokenizer=None, gains=(), extra=()) -> str:
     notes, others = extra or ((), ())
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{html.escape(title)}</title>",
-        f"<style>{_CSS}{viewer.VIEWER_CSS}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
-    ]
+    out = [element("h1", title)]
     headline = _headline(rows)
     if headline:
-        out.append(f'<p class="headline">{html.escape(headline)}</p>')
+        out.append(element("p", headline, cls="headline"))
     if notes:
-        items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+        items = "".join(element("li", n) for n in notes)
         out.append(f'<h2>Warnings</h2><ul class="warnings">{items}</ul>')
     out.append("<h2>Evaluation</h2>")
     if rows:
@@ -699,30 +665,23 @@ def _html(title, rows, training, plots, picked, config, tokenizer=None, gains=()
     if training:
         out += ["<h2>Training</h2>", _html_table(*_training_table_cells(training))]
     if gains:
-        out += ["<h2>RL against its SFT start</h2>", f"<p>{html.escape(GAINS_NOTE)}</p>",
+        out += ["<h2>RL against its SFT start</h2>", element("p", GAINS_NOTE),
                 _html_table(*gains_cells(gains))]  # fmt: skip
     if others:
-        out += ["<h2>Paired comparisons</h2>", f"<p>{html.escape(OTHER_GAINS_NOTE)}</p>",
+        out += ["<h2>Paired comparisons</h2>", element("p", OTHER_GAINS_NOTE),
                 _html_table(*comparison_cells(others))]  # fmt: skip
     out.append("<h2>Plots</h2>")
     if not plots:
         out.append("<p>No metrics were logged, so there is nothing to plot.</p>")
-    for name, path in plots:
-        data = base64.b64encode(path.read_bytes()).decode("ascii")
-        out.append(
-            f"<figure><figcaption>{html.escape(name)}</figcaption>"
-            f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}"></figure>'
-        )
+    out += [figure_html(path, name) for name, path in plots]
     if picked:
         out += ["<h2>Sample trajectories</h2>", viewer.controls_html(picked)]
         out += [viewer.trajectory_html(i, t, tokenizer) for i, t in enumerate(picked, start=1)]
     if config:
-        body = html.escape(json.dumps(config, indent=2, default=str))
-        out.append(f"<h2>Config</h2><details><summary>config</summary><pre>{body}</pre></details>")
-    if picked:
-        out.append(f"<script>{viewer.VIEWER_JS}</script>")
-    out.append("</body></html>")
-    return "\n".join(out)
+        body = element("pre", json.dumps(config, indent=2, default=str))
+        out.append(f"<h2>Config</h2><details><summary>config</summary>{body}</details>")
+    script = viewer.VIEWER_JS if picked else ""
+    return html_page(title, out, css=viewer.VIEWER_CSS, script=script)
 
 
 # ---------------------------------------------------------------------------- entry point

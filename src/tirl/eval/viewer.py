@@ -20,7 +20,6 @@ evaluation recorded it) and runs no model. `report.py` uses the same trajectory 
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import warnings
@@ -29,6 +28,7 @@ from pathlib import Path
 
 from tirl.protocol.score import Score
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory
+from tirl.report_kit import escape as _esc
 
 # Meta keys shown in their own row; every other key is listed under "meta".
 _KNOWN_META = ("question", "gold", "reward", "variant", "phase")
@@ -191,14 +191,6 @@ def verdict(traj: Trajectory) -> str:
 def has_tool_errors(traj: Trajectory) -> bool:
     """True when a code block raised, timed out, ran out of memory or killed its session."""
     return any(c.status not in _NOT_ERRORS for c in traj.tool_calls)
-
-
-def _esc(value) -> str:
-    """HTML-escaped text that the browser reads back unchanged: a raw CR would be parsed as a
-    newline, so it becomes a character reference; NUL cannot be written in HTML at all (the
-    parser drops it), so it is shown as U+FFFD."""
-    text = html.escape(str(value), quote=True)
-    return text.replace("\r", "&#13;").replace("\x00", "\ufffd")
 
 
 def _fmt(value) -> str:
