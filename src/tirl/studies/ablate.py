@@ -34,6 +34,7 @@ from pathlib import Path
 
 from tirl.config import ConfigError, apply_overrides, from_dict, to_dict
 from tirl.files import json_text, read_jsonl, write_text
+from tirl.report_kit import md_table
 from tirl.run.build import sandbox_for
 from tirl.run.config import RunConfig
 from tirl.run.evaluation import Evaluation
@@ -164,7 +165,7 @@ def comparison_table(per_seed: list[dict], variants: dict[str, list[str]]) -> st
     reference = list(variants)[0]
     ref_acc = statistics.fmean(values(reference, "eval/accuracy"))
     headers = ["variant", "overrides", *(h for _, h, _ in TABLE_METRICS), "Δ accuracy"]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    rows = []
     sft_names = sorted({k for r in per_seed for k in r if k.startswith("sft")})
     for name, overrides in variants.items():
         shown = ", ".join(f"`{o}`" for o in overrides)
@@ -180,8 +181,8 @@ def comparison_table(per_seed: list[dict], variants: dict[str, list[str]]) -> st
             cells.append(f"{statistics.fmean(xs):{fmt}}{spread}")
         delta = statistics.fmean(values(name, "eval/accuracy")) - ref_acc
         cells.append("–" if name == reference else f"{delta:+.3f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+        rows.append(cells)
+    lines = [md_table(headers, rows), ""]
     for name in sft_names:
         sft = [first_set(r[name]["sft"])["eval/accuracy"] for r in per_seed if name in r]
         lines.append(f"SFT starting point `{name}`, greedy accuracy: {statistics.fmean(sft):.3f}.")

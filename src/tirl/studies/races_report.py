@@ -46,7 +46,6 @@ share of all draws and last pass rate.
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import statistics
@@ -54,12 +53,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from tirl.envs.operators import OPERATORS
-from tirl.files import json_text, read_jsonl, write_bytes, write_text
+from tirl.files import json_text, read_jsonl, write_text
 from tirl.protocol.segments import Trajectory
+from tirl.report_kit import element, figure, figure_html, html_page, html_table, md_table, save_png
 from tirl.studies.races_tasks import ARM_SPECS, EVAL_SIZES
 
 SETS = ("atomic", "compositions")
@@ -579,8 +577,7 @@ def _fmt(x: float, ci_: tuple[float, float] | None = None, sign: bool = False) -
 def _plot_curves(data: dict, variant: str, path: Path) -> None:
     """RACES Figure 2's two panels: training reward and held-out score by RL step."""
     manifest = data["manifest"]
-    fig = Figure(figsize=(11, 4))
-    FigureCanvasAgg(fig)
+    fig = figure((11, 4))
     left, right = fig.subplots(1, 2)
     for arm in manifest["arms"]:
         runs = [data["runs"][(variant, arm, s)] for s in manifest["seeds"]]
@@ -598,7 +595,7 @@ def _plot_curves(data: dict, variant: str, path: Path) -> None:
               ylabel="mean of held-out atomic and compositions")  # fmt: skip
     right.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path, dpi=90)
 
 
 def _mean_curve(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
@@ -618,8 +615,7 @@ def _plot_curriculum(data: dict, variant: str, path: Path) -> None:
     runs = [r for r in runs if r["curriculum"]]
     buckets = sorted({b for r in runs for st in r["curriculum"] for b in st["share"]},
                      key=_bucket_order)  # fmt: skip
-    fig = Figure(figsize=(8, 6.5))
-    FigureCanvasAgg(fig)
+    fig = figure((8, 6.5))
     top, bottom = fig.subplots(2, 1, sharex=True)
     shares = {b: _mean_curve([[(st["step"], st["share"].get(b, 0.0)) for st in r["curriculum"]]
                               for r in runs]) for b in buckets}  # fmt: skip
@@ -647,12 +643,11 @@ def _plot_curriculum(data: dict, variant: str, path: Path) -> None:
     if buckets:
         bottom.legend(title="bucket", fontsize=8, loc="upper left", bbox_to_anchor=(1.12, 1))
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path, dpi=90)
 
 
 def _plot_sizes(results: dict, variants: list[str], path: Path) -> None:
-    fig = Figure(figsize=(5.5, 4))
-    FigureCanvasAgg(fig)
+    fig = figure((5.5, 4))
     ax = fig.subplots()
     plotted = False
     for variant in variants:
@@ -671,15 +666,7 @@ def _plot_sizes(results: dict, variants: list[str], path: Path) -> None:
     else:
         ax.text(0.5, 0.5, "no size-sweep arms in this study", ha="center", transform=ax.transAxes)
     fig.tight_layout()
-    _save(fig, path)
-
-
-def _save(fig: Figure, path: Path) -> None:
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    write_bytes(path, buf.getvalue())
+    save_png(fig, path, dpi=90)
 
 
 def report_blocks(data: dict, results: dict) -> list[tuple]:
@@ -809,50 +796,30 @@ def _curriculum_blocks(results: dict, variants: list[str]) -> list[tuple]:
 
 def _markdown(blocks: list[tuple]) -> str:
     out = []
-    for block in blocks:
-        kind = block[0]
+    for kind, *args in blocks:
         if kind == "h":
-            out.append(f"# {block[1]}")
+            out.append(f"# {args[0]}")
         elif kind == "h2":
-            out.append(f"## {block[1]}")
+            out.append(f"## {args[0]}")
         elif kind == "p":
-            out.append(block[1])
+            out.append(args[0])
         elif kind == "table":
-            header, rows = block[1], block[2]
-            lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-            out.append("\n".join(lines))
+            out.append(md_table(*args))
         elif kind == "img":
-            out.append(f"![{block[1]}]({block[1]})")
+            out.append(f"![{args[0]}]({args[0]})")
     return "\n\n".join(out) + "\n"
 
 
 def _html(blocks: list[tuple], folder: Path) -> str:
-    import base64
-
-    out = ["<!doctype html><meta charset='utf-8'><title>tirl study races</title>",
-           "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:"
-           "collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}</style>"]  # fmt: skip
-    for block in blocks:
-        kind = block[0]
-        if kind in ("h", "h2"):
-            tag = "h1" if kind == "h" else "h2"
-            out.append(f"<{tag}>{html.escape(block[1])}</{tag}>")
-        elif kind == "p":
-            out.append(f"<p>{html.escape(block[1])}</p>")
+    out = []
+    for kind, *args in blocks:
+        if kind in ("h", "h2", "p"):
+            out.append(element({"h": "h1", "h2": "h2", "p": "p"}[kind], args[0]))
         elif kind == "table":
-            head = "".join(f"<th>{html.escape(h)}</th>" for h in block[1])
-            body = "".join(
-                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                for row in block[2]
-            )
-            out.append(f"<table><tr>{head}</tr>{body}</table>")
-        elif kind == "img":
-            path = folder / block[1]
-            if path.is_file():
-                data = base64.b64encode(path.read_bytes()).decode()
-                out.append(f"<p><img src='data:image/png;base64,{data}'></p>")
-    return "\n".join(out) + "\n"
+            out.append(html_table(*args))
+        elif kind == "img" and (folder / args[0]).is_file():
+            out.append(figure_html(folder / args[0]))
+    return html_page("tirl study races", out)
 
 
 def write_study_report(folder: Path) -> dict:
