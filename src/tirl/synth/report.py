@@ -10,13 +10,13 @@ requests, tokens from `usage`, and cost from the configured per-1k prices.
 
 from __future__ import annotations
 
-import html
 import json
 from collections import Counter
 from pathlib import Path
 
 import yaml
 
+from tirl.report_kit import element, html_page, html_table, md_table
 from tirl.synth.config import STAGE_NAMES
 from tirl.synth.stagelog import StageLog
 
@@ -82,55 +82,37 @@ def _notes(s: dict) -> str:
     return "; ".join(f"{k}: {v}" for k, v in s["notes"].items()) or "-"
 
 
-def render_markdown(stages: list[dict], usage: list[dict], title: str) -> str:
-    lines = [f"# {title}", "", "## Stages", ""]
-    lines += ["| stage | in | out | rejected | rejections by reason | notes |"]
-    lines += ["|---|---:|---:|---:|---|---|"]
-    for s in stages:
-        lines.append(
-            f"| {s['stage']} | {s['in']} | {s['out']} | {s['rejected']} | {_reasons(s)} | {_notes(s)} |"
-        )
+def _sections(stages: list[dict], usage: list[dict]) -> list[tuple[str, list, list, str]]:
+    """(heading, header, rows, column alignment) of each table; no Requests without requests."""
+    sections = [(
+        "Stages",
+        ["stage", "in", "out", "rejected", "rejections by reason", "notes"],
+        [[s["stage"], s["in"], s["out"], s["rejected"], _reasons(s), _notes(s)] for s in stages],
+        "->>>--",
+    )]  # fmt: skip
     if usage:
-        lines += [
-            "",
-            "## Requests",
-            "",
-            "| endpoint | requests | prompt tokens | completion tokens | cost |",
-        ]
-        lines += ["|---|---:|---:|---:|---:|"]
-        for u in usage:
-            lines.append(
-                f"| {u['role']} | {u['requests']} | {u['prompt_tokens']} |"
-                f" {u['completion_tokens']} | {u['cost']:g} |"
-            )
+        sections.append((
+            "Requests",
+            ["endpoint", "requests", "prompt tokens", "completion tokens", "cost"],
+            [[u["role"], u["requests"], u["prompt_tokens"], u["completion_tokens"],
+              f"{u['cost']:g}"] for u in usage],
+            "->>>>",
+        ))  # fmt: skip
+    return sections
+
+
+def render_markdown(stages: list[dict], usage: list[dict], title: str) -> str:
+    lines = [f"# {title}"]
+    for heading, header, rows, align in _sections(stages, usage):
+        lines += ["", f"## {heading}", "", md_table(header, rows, align)]
     return "\n".join(lines) + "\n"
 
 
 def render_html(stages: list[dict], usage: list[dict], title: str) -> str:
-    def table(head: list[str], rows: list[list]) -> str:
-        th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-            for row in rows
-        )
-        return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
-
-    stage_rows = [
-        [s["stage"], s["in"], s["out"], s["rejected"], _reasons(s), _notes(s)] for s in stages
-    ]
-    usage_rows = [
-        [u["role"], u["requests"], u["prompt_tokens"], u["completion_tokens"], f"{u['cost']:g}"]
-        for u in usage
-    ]
-    style = "table{border-collapse:collapse}td,th{border:1px solid #999;padding:2px 8px}"
-    return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1><h2>Stages</h2>"
-        + table(["stage", "in", "out", "rejected", "rejections by reason", "notes"], stage_rows)
-        + "<h2>Requests</h2>"
-        + table(["endpoint", "requests", "prompt tokens", "completion tokens", "cost"], usage_rows)
-        + "</body></html>\n"
-    )
+    body = [element("h1", title)]
+    for heading, header, rows, align in _sections(stages, usage):
+        body += [element("h2", heading), html_table(header, rows, align)]
+    return html_page(title, body)
 
 
 def write_report(out: str | Path, title: str | None = None) -> list[Path]:
