@@ -29,10 +29,9 @@ written in the same output block and is the same kind of tool segment.
 
 How another tool's block is written follows from the protocol's `shape` and a short word the
 tool declares for that shape (`tool_markers`): markdown fences write the block for word `w` as
-```` ```w\n ... \n``` ```` (the shell tool's ```` ```bash ````), tags as `<w>\n ... \n</w>`
+```` ```w\\n ... \\n``` ```` (the shell tool's ```` ```bash ````), tags as `<w>\\n ... \\n</w>`
 (`<bash>`). So a new protocol of either shape writes every tool's block without a tool being
-edited. A protocol of neither shape (`shape` None) has only its own Python block; a subclass may
-override `tool_markers` to write other tools' blocks its own way.
+edited. A protocol of neither shape (`shape` None) has only its own Python block.
 
 Only detection and rendering live here; driving a model and a sandbox is `tirl.rollout`.
 Not covered: markers written with other spacing than the protocol's (a block opened with
