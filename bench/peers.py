@@ -136,7 +136,8 @@ class TirlSide:
 
     def __init__(self, cfg, sandbox, use_tools: bool, run_dir: Path) -> None:
         import tirl.train.rl as rl
-        from tirl.run.build import engine_capabilities, run_protocol
+        from tirl.run.build import engine_capabilities, rl_settings
+        from tirl.train.feed import RolloutFeed
         from tirl.train.pipeline import Pipeline
 
         self.clock = StepClock()
@@ -150,19 +151,20 @@ class TirlSide:
         )
         first = cfg.sft.examples
 
-        self.trainer = rl.RLTrainer(  # the arguments Pipeline.rl passes
-            model,
+        feed = RolloutFeed(  # what Pipeline.rl builds
             self.rollout,
             lambda i: pipeline.mixture.item("train", first + i),
             cfg.rl,
-            pad_id=pipeline.tokenizer.pad_token_id,
-            use_tools=use_tools,
             prompt_of=pipeline.prompt_ids,
-            protocol=run_protocol(cfg),
-            max_output_chars=cfg.sandbox.max_output_chars,
+            seed=cfg.seed,
+        )
+        self.trainer = rl.RLTrainer(
+            model,
+            feed,
+            settings=rl_settings(cfg, use_tools),
+            pad_id=pipeline.tokenizer.pad_token_id,
             logger=None,
             variant="code" if use_tools else "text",
-            seed=cfg.seed,
             capabilities=engine_capabilities(cfg),
         )
         score = self.trainer.feed.score

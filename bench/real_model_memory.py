@@ -41,6 +41,7 @@ from tirl.tasks.base import Code, Think  # noqa: E402
 from tirl.tasks.demos import demo_trajectory  # noqa: E402
 from tirl.tasks.prompts import PromptRenderer  # noqa: E402
 from tirl.tasks.sources.arithmetic import ArithmeticSource  # noqa: E402
+from tirl.train.feed import RolloutFeed  # noqa: E402
 from tirl.train.rl import RLTrainer  # noqa: E402
 from tirl.train.sft import sft_backward  # noqa: E402
 
@@ -130,7 +131,9 @@ def main() -> None:
     cfg = RLConfig(
         micro_batch_tokens=args.micro_batch_tokens, updates_per_step=2, old_logprobs="trainer"
     )
-    trainer = RLTrainer(model, None, None, cfg, pad_id=tokenizer.pad_token_id, use_tools=True)
+    trainer = RLTrainer(
+        model, RolloutFeed(None, None, cfg), settings=None, pad_id=tokenizer.pad_token_id
+    )
     trainer.update(trajs, max_tokens=64)
     mark(f"an RL update of {len(trajs)} rows")
     if args.out:

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import torch
+from rl_trainer import rl_trainer
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from tirl.protocol.segments import Trajectory
@@ -33,7 +34,6 @@ from tirl.train.distributed import (
     leave_process_group,
     shard_model,
 )
-from tirl.train.rl import RLTrainer
 from tirl.train.update import computes_in_bf16
 
 ARITHMETIC = ArithmeticSource()  # the arithmetic items as tirl.tasks.Task
@@ -88,7 +88,7 @@ def update(ctx: DistContext | None, in_dir: Path, micro: int, bf16: bool = False
     model.model.layers[0].mlp.register_forward_pre_hook(see_weight)
     lines = (in_dir / "trajs.jsonl").read_text().splitlines()
     trajs = [Trajectory.from_dict(json.loads(line)) for line in lines]
-    trainer = RLTrainer(model, None, None, cfg, pad_id=0, use_tools=True, dist=ctx)
+    trainer = rl_trainer(model, cfg, pad_id=0, dist=ctx)
 
     def see_grads(optimizer, args, kwargs) -> None:  # the clipped gradients the step uses
         if probe["grads"] is None:
@@ -130,13 +130,12 @@ def rl(ctx: DistContext | None) -> tuple[dict, list[dict]]:
     async def main() -> list[dict]:
         async with Sandbox() as sandbox:
             engine = HFEngine(sampler, tokenizer.eos_token_id, seed=0)
-            trainer = RLTrainer(
+            trainer = rl_trainer(
                 model,
+                cfg,
                 Rollout(engine, tokenizer, sandbox),
                 lambda i: ARITHMETIC.item("train", i),
-                cfg,
                 pad_id=tokenizer.pad_token_id,
-                use_tools=True,
                 dist=ctx,
                 reward_fn=lambda t: float(sum(t.ids) % 2),
             )

@@ -16,6 +16,7 @@ import random
 from collections import Counter
 
 import pytest
+from rl_trainer import rl_trainer
 
 from tirl.backends.hf import HFEngine
 from tirl.config import ConfigError, load_config
@@ -32,7 +33,6 @@ from tirl.train.curriculum import (
     unit_draw,
 )
 from tirl.train.metrics import MetricsLogger
-from tirl.train.rl import RLTrainer
 
 OPS = ("add", "mul")
 SIZES = (1, 2, 3)
@@ -293,13 +293,12 @@ def known_task(position: int) -> Task:
 
 def make_trainer(model, tokenizer, sandbox, cfg, logger=None):
     engine = HFEngine(model, tokenizer.eos_token_id, seed=0)
-    trainer = RLTrainer(
+    trainer = rl_trainer(
         model,
+        cfg,
         Rollout(engine, tokenizer, sandbox),
         known_task,
-        cfg,
         pad_id=tokenizer.pad_token_id,
-        use_tools=True,
         logger=logger,
         seed=3,
     )

@@ -93,17 +93,16 @@ def test_sft_and_rl_train_the_adapters_only_and_a_resume_restores_them(tmp_path,
 def test_an_rl_update_moves_the_adapters_only_and_the_engine_takes_them_merged(tokenizer):
     """One update on a batch with mixed rewards: the adapters move, the base does not, and
     the push hands the engine (sampling a plain copy, as `tirl train` builds it) the merge."""
+    from rl_trainer import rl_trainer
     from test_trainer import synthetic_batch
 
     from tirl.backends.hf import HFEngine
     from tirl.rollout.runner import Rollout
     from tirl.run.config import RLConfig
-    from tirl.train.rl import RLTrainer
 
     lora, _ = _adapted(tokenizer)
     engine = HFEngine(plain_copy(lora), tokenizer.eos_token_id)
-    trainer = RLTrainer(lora, Rollout(engine, tokenizer, None), None, RLConfig(lr=1e-2),
-                        pad_id=0, use_tools=True)  # fmt: skip
+    trainer = rl_trainer(lora, RLConfig(lr=1e-2), Rollout(engine, tokenizer, None), pad_id=0)
     before = {k: v.clone() for k, v in lora.state_dict().items()}
     trainer.update(synthetic_batch(groups=3, group_size=3), max_tokens=20)
     after = lora.state_dict()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rl_trainer import rl_trainer  # noqa: E402
 
 from tirl.backends.hf import HFEngine
 from tirl.config import ConfigError, load_config
@@ -28,7 +29,6 @@ from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.batch import collate
 from tirl.train.distributed import fsdp_policy
 from tirl.train.metrics import MetricsLogger
-from tirl.train.rl import RLTrainer
 from tirl.train.update import Shard, batch_logprobs, minibatch_loss_backward
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -66,7 +66,7 @@ def synthetic_batch(groups: int, group_size: int, seed: int = 0) -> list[Traject
 
 def grads_after(model, trajs, cfg: RLConfig, shards: list[Shard]) -> list[torch.Tensor]:
     """Gradients of one minibatch holding every row, summed over `shards` (as all-reduce)."""
-    trainer = RLTrainer(model, None, None, cfg, pad_id=0, use_tools=True)
+    trainer = rl_trainer(model, cfg, pad_id=0)
     batch = collate(trajs, 0)
     rewards = trainer.feed.rewards_of(trajs, cfg.max_model_tokens)
     from tirl.algos.advantages import token_advantages
@@ -254,13 +254,12 @@ async def _train(model, tokenizer, env, cfg, run_dir, until=None, resume=False, 
     async with Sandbox() as sandbox:
         engine = HFEngine(engine_model or model, tokenizer.eos_token_id, seed=0)
         logger = MetricsLogger(run_dir / "metrics.jsonl")
-        trainer = RLTrainer(
+        trainer = rl_trainer(
             model,
+            cfg,
             Rollout(engine, tokenizer, sandbox),
             lambda i: ARITHMETIC.item("train", i),
-            cfg,
             pad_id=tokenizer.pad_token_id,
-            use_tools=True,
             logger=logger,
             reward_fn=varied_reward,
         )
@@ -304,13 +303,12 @@ def _one_step(env, tokenizer, model, cfg, reward_fn, use_train=False):
     async def main():
         async with Sandbox() as sandbox:
             engine = HFEngine(model, tokenizer.eos_token_id, seed=0)
-            trainer = RLTrainer(
+            trainer = rl_trainer(
                 model,
+                cfg,
                 Rollout(engine, tokenizer, sandbox),
                 lambda i: ARITHMETIC.item("train", i),
-                cfg,
                 pad_id=tokenizer.pad_token_id,
-                use_tools=True,
                 reward_fn=reward_fn,
                 logger=logger,
             )
@@ -408,4 +406,4 @@ def test_partial_rollouts_refuse_torch_distributed():
 
     cfg = RLConfig(segment_tokens=8)
     with pytest.raises(ConfigError, match="partial rollouts"):
-        RLTrainer(small_model(), None, None, cfg, pad_id=0, use_tools=True, dist=DistContext(0, 2))
+        rl_trainer(small_model(), cfg, pad_id=0, dist=DistContext(0, 2))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rl_trainer import rl_trainer
 
 from tirl.backends.hf import HFEngine
 from tirl.models.tiny import TinyModelSpec, build_model
@@ -29,7 +30,6 @@ from tirl.synth.arithmetic import text_only_texts, to_trajectory
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.feed import plain_prompt
 from tirl.train.metrics import MetricsLogger
-from tirl.train.rl import RLTrainer
 from tirl.train.sft import train_sft
 
 MAX_POSITIONS = 256  # the fixtures' context window
@@ -56,13 +56,12 @@ def informative_on(tasks: set[int], seen: list[Trajectory] | None = None):
 
 def trainer_for(model, tokenizer, sandbox, task_at, cfg, reward_fn, logger=None):
     engine = HFEngine(model, tokenizer.eos_token_id, seed=0)
-    trainer = RLTrainer(
+    trainer = rl_trainer(
         model,
+        cfg,
         Rollout(engine, tokenizer, sandbox),
         task_at,
-        cfg,
         pad_id=tokenizer.pad_token_id,
-        use_tools=True,
         reward_fn=reward_fn,
         logger=logger,
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from dist_update_worker import small_model
+from rl_trainer import rl_trainer
 from test_trainer import _train, synthetic_batch
 from tiny_run import RL_STEPS, run, train_cmd
 
@@ -25,7 +26,6 @@ from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.batch import collate, token_logprobs
 from tirl.train.capabilities import probe_capabilities
 from tirl.train.learner import old_logprobs_from_sampler
-from tirl.train.rl import RLTrainer
 from tirl.train.update import Shard, batch_logprobs, shard_micro_batches, token_budget_runs
 
 ARITHMETIC = ArithmeticSource()
@@ -126,10 +126,14 @@ def test_one_step_off_policy_trains_each_batch_one_update_stale_and_resumes_exac
 def test_one_step_off_policy_refuses_an_engine_on_the_trained_model(tokenizer, tiny_model):
     engine = HFEngine(tiny_model, tokenizer.eos_token_id)
     with pytest.raises(ConfigError, match="copy of the"):
-        RLTrainer(
-            tiny_model, Rollout(engine, tokenizer, None), lambda i: None, OVERLAP, pad_id=0,
+        rl_trainer(
+            tiny_model,
+            OVERLAP,
+            Rollout(engine, tokenizer, None),
+            lambda i: None,
+            pad_id=0,
             use_tools=False,
-        )  # fmt: skip
+        )
     engine.close()
 
 

@@ -12,6 +12,7 @@ import random
 import pytest
 import torch
 from dist_update_worker import small_model
+from rl_trainer import rl_trainer
 from test_trainer import synthetic_batch
 
 from tirl.backends.hf import HFEngine
@@ -30,7 +31,6 @@ from tirl.train.feed import RolloutFeed
 from tirl.train.learner import Learner
 from tirl.train.optim import PolicyOptimizer
 from tirl.train.reference import reference_logprobs, reference_policy
-from tirl.train.rl import RLTrainer
 from tirl.train.update import batch_logprobs
 
 ARITHMETIC = ArithmeticSource()
@@ -263,10 +263,13 @@ def test_capabilities_given_to_the_trainer_win_over_the_probe(tokenizer, tiny_mo
     """An engine on a copy that the trainer is told receives no weights keeps its own."""
     sampler = copy.deepcopy(tiny_model)
     engine = HFEngine(sampler, tokenizer.eos_token_id)
-    trainer = RLTrainer(
-        tiny_model, Rollout(engine, tokenizer, None), None, RLConfig(lr=1e-2),
-        pad_id=0, use_tools=True, capabilities=EngineCapabilities(),
-    )  # fmt: skip
+    trainer = rl_trainer(
+        tiny_model,
+        RLConfig(lr=1e-2),
+        Rollout(engine, tokenizer, None),
+        pad_id=0,
+        capabilities=EngineCapabilities(),
+    )
     trajs = synthetic_batch(groups=3, group_size=3)
     rewards = torch.tensor([float(i % 2) for i in range(len(trajs))])
     trainer.update(trajs, max_tokens=20, rewards=rewards)

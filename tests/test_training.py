@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 import torch
+from rl_trainer import rl_trainer
 
 from tirl.algos.losses import agg_loss, ppo_clip_loss
 from tirl.backends.hf import HFEngine
@@ -16,7 +17,6 @@ from tirl.sandbox import Sandbox
 from tirl.synth.arithmetic import code_demonstrations, demonstration_texts, text_demonstrations
 from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.batch import collate, token_logprobs
-from tirl.train.rl import RLTrainer
 from tirl.train.sft import length_grouped_batches, sft_loss, train_sft
 
 ARITHMETIC = ArithmeticSource()  # the arithmetic items as tirl.tasks.Task
@@ -150,13 +150,12 @@ def test_one_rl_step_updates_the_policy_and_reports(env, tokenizer, tiny_model, 
     async def main():
         async with Sandbox() as sandbox:
             engine = HFEngine(tiny_model, tokenizer.eos_token_id, seed=0)
-            trainer = RLTrainer(
+            trainer = rl_trainer(
                 tiny_model,
+                cfg,
                 Rollout(engine, tokenizer, sandbox),
                 lambda i: ARITHMETIC.item("train", i),
-                cfg,
                 pad_id=tokenizer.pad_token_id,
-                use_tools=True,
                 variant="code",
             )
             metrics = await trainer.step()

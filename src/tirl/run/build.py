@@ -13,7 +13,7 @@ settings and the evaluation sets that `tirl train`, `eval`, `ablate` and `study`
   protocol (`protocol.name`, `protocol.boundary`) are the run's everywhere; limits, budget and
   temperature are the phase's.
 
-The pipeline, the RL trainer's steps (`phase_settings`), the ablation, the study and `tirl eval`
+The pipeline (RL's settings: `rl_settings`), the ablation, the study and `tirl eval`
 (`tirl.apps.evaluate`) call these instead of building sandboxes, engines or settings by hand,
 so every command samples the same way from the same config.
 """
@@ -30,6 +30,7 @@ from tirl.models.sources import model_folder
 from tirl.models.tiny import save_policy
 from tirl.protocol import Protocol, get_protocol
 from tirl.rollout.engines import ENGINES, EngineCapabilities, EngineSpec, make_engine
+from tirl.rollout.limits import budget_at
 from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.run.config import RunConfig
 from tirl.sandbox.api import SandboxClient
@@ -72,6 +73,20 @@ def rollout_settings(
     )
 
 
+def rl_settings(cfg: RunConfig, use_tools: bool) -> RolloutSettings:
+    """RL's sampling: `rl.temperature` and the partial-rollout segments; the token limit and
+    tool budget are the first step's (`RLTrainer.step` sets each step's own)."""
+    return rollout_settings(
+        cfg,
+        use_tools,
+        max_model_tokens=cfg.rl.max_model_tokens,
+        tool_budget=budget_at(cfg.rl.budget_schedule, 0.0),
+        temperature=cfg.rl.temperature,
+        segment_tokens=cfg.rl.segment_tokens or None,
+        segment_tool_calls=cfg.rl.segment_tool_calls or None,
+    )
+
+
 def phase_settings(
     protocol: Protocol,
     max_output_chars: int,
@@ -84,8 +99,7 @@ def phase_settings(
     segment_tool_calls: int | None = None,
 ) -> RolloutSettings:
     """The one place rollout settings are made: `rollout_settings` from a run config, and
-    `RLTrainer.step` (which holds the run's protocol and output limit, not its config) with
-    each step's limits."""
+    tests and benchmarks that build a phase by hand."""
     return RolloutSettings(
         max_model_tokens=max_model_tokens,
         tool_budget=tool_budget,

@@ -104,6 +104,7 @@ from tirl.train.distributed import (
     leave_process_group,
     shard_model,
 )
+from tirl.train.feed import RolloutFeed
 from tirl.train.metrics import MetricsLogger
 from tirl.train.rl import RLTrainer
 from tirl.train.run_folder import run_folder
@@ -418,21 +419,17 @@ class Pipeline:
         def rl_task(i: int) -> Task:  # prompts SFT never saw
             return self.mixture.item("train", first + i)
 
+        feed = RolloutFeed(
+            rollout, rl_task, cfg.rl, prompt_of=self.prompt_ids, seed=cfg.seed, dist=self.dist
+        )
         trainer = RLTrainer(
             trained,
-            rollout,
-            rl_task,
-            cfg.rl,
+            feed,
+            settings=build.rl_settings(cfg, use_tools),
             pad_id=self.tokenizer.pad_token_id,
-            use_tools=use_tools,
-            prompt_of=self.prompt_ids,
-            protocol=run_protocol(cfg),
-            max_output_chars=cfg.sandbox.max_output_chars,
             logger=self.logger,
             variant=variant,
-            seed=cfg.seed,
             capabilities=build.engine_capabilities(cfg),
-            dist=self.dist,
         )
         state_dir = self.run_dir / variant / "rl_state"
         try:

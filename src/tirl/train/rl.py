@@ -41,23 +41,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from tirl.cpu import sharing_cores
-from tirl.protocol import Protocol, get_protocol
 from tirl.protocol.segments import Trajectory
 from tirl.rollout.limits import budget_at
-from tirl.rollout.runner import Rollout, RolloutSettings
-from tirl.run.build import phase_settings
-from tirl.run.config import RLConfig
+from tirl.rollout.runner import RolloutSettings
 from tirl.train import checkpoint
 from tirl.train.capabilities import EngineCapabilities, check_overlap, probe_capabilities
-from tirl.train.distributed import DistContext
-from tirl.train.feed import PromptOf, RolloutFeed, TaskAt
+from tirl.train.feed import RolloutFeed
 from tirl.train.learner import Learner, old_logprobs_from_sampler
 from tirl.train.metrics import MetricsLogger, batch_metrics, peak_rss_gb
 from tirl.train.optim import PolicyOptimizer
@@ -75,44 +70,33 @@ class RLTrainer:
     def __init__(
         self,
         model: torch.nn.Module,
-        rollout: Rollout | None,
-        task_at: TaskAt | None,
-        cfg: RLConfig,
+        feed: RolloutFeed,
         *,
+        settings: RolloutSettings | None,
         pad_id: int,
-        use_tools: bool,
-        prompt_of: PromptOf | None = None,
-        protocol: Protocol | str = "cir_fences",
-        max_output_chars: int = RolloutSettings.max_output_chars,
         logger: MetricsLogger | None = None,
         variant: str = "",
-        seed: int = 0,
-        dist: DistContext | None = None,
-        reward_fn: Callable[[Trajectory], float] | None = None,
         capabilities: EngineCapabilities | None = None,
     ) -> None:
-        """`task_at`, `prompt_of`, `reward_fn`, `seed`: what the feed samples and how it is
-        rewarded (`RolloutFeed`); code is written in `protocol` (a name: in exact-match mode),
-        its output shown in at most `max_output_chars` as in evaluation. `capabilities`:
-        `rollout`'s engine's (default: read off it, `probe_capabilities`)."""
+        """`feed`: what is sampled and how it is rewarded (`RolloutFeed`); its `cfg` and `dist`
+        are the trainer's. `settings`: how the phase samples (`tirl.run.build.rl_settings`),
+        each step with its own token limit and tool budget; None for a trainer that only
+        updates. `capabilities`: the feed's engine's (default: read off it,
+        `probe_capabilities`)."""
         self.model = model
-        self.rollout = rollout
-        self.cfg = cfg
-        self.use_tools = use_tools
-        self.max_output_chars = max_output_chars
+        self.feed = feed
+        self.cfg = cfg = feed.cfg
+        self.dist = dist = feed.dist
+        self.rollout = feed.rollout
+        self.settings = settings
         self.logger = logger if dist is None or dist.is_main else None
         self.variant = variant
-        self.dist = dist
-        self.protocol = get_protocol(protocol) if isinstance(protocol, str) else protocol
         if capabilities is None:
-            capabilities = probe_capabilities(rollout.engine if rollout else None, model)
+            capabilities = probe_capabilities(feed.rollout.engine if feed.rollout else None, model)
         self.engine_caps = capabilities
-        self.feed = RolloutFeed(
-            rollout, task_at, cfg, prompt_of=prompt_of, seed=seed, dist=dist, reward_fn=reward_fn
-        )
         check_overlap(cfg, dist, capabilities)
         self.optim = PolicyOptimizer(model, cfg)
-        from_sampler = old_logprobs_from_sampler(cfg, capabilities, self.feed.pool is not None)
+        from_sampler = old_logprobs_from_sampler(cfg, capabilities, feed.pool is not None)
         self.learner = Learner(
             model, cfg, self.optim, reference_policy(model, cfg),
             pad_id=pad_id, old_from_sampler=from_sampler, dist=dist,
@@ -175,15 +159,10 @@ class RLTrainer:
         stale = not self.engine_current and self.updating is None
         pushed = await self.push_weights() if stale else {}
         max_tokens, budget = self.limits()
-        settings = phase_settings(
-            self.protocol,
-            self.max_output_chars,
-            self.use_tools,
-            max_model_tokens=max_tokens,
-            tool_budget=budget,
-            temperature=cfg.temperature,
-            segment_tokens=cfg.segment_tokens or None,
-            segment_tool_calls=cfg.segment_tool_calls or None,
+        if self.settings is None:
+            raise ValueError("this RLTrainer was built without rollout settings: it only updates")
+        settings = dataclasses.replace(
+            self.settings, max_model_tokens=max_tokens, tool_budget=budget
         )
         batch, batch_stats = await self.feed.collect(settings, self.state.step, self.engine_version)
         rollout_s = time.perf_counter() - start
