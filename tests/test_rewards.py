@@ -221,6 +221,13 @@ def test_a_box_inside_the_models_own_code_is_not_an_answer():
     assert answer_from_trajectory(traj) is None
 
 
+def test_prose_tags_and_the_interpreters_answer_marker_are_read_as_prose():
+    """Reasoning, an <answer> tag and a stop-token mode's ```output marker are not code."""
+    text = "<think>\nadd\n</think>\n<answer>\n42\n</answer>"
+    traj = Trajectory(segments=[Segment(SegmentKind.MODEL, [2], text + "\n```output")])
+    assert prose_text(traj) == text + "\n```output"
+
+
 def test_a_code_block_cut_off_by_the_token_limit_is_not_read():
     traj = Trajectory(segments=[Segment(SegmentKind.MODEL, [2], 'ok <code>\nprint("\\boxed{4')])
     assert prose_text(traj) == "ok "
@@ -234,6 +241,9 @@ def test_a_code_block_cut_off_by_the_token_limit_is_not_read():
     [
         '```python\nprint("\\\\boxed{42}")\n```',  # CIR fences, closed
         '<code>\nprint("\\\\boxed{42}")\n</code>',  # AgentMath tags, closed
+        "```bash\necho '\\\\boxed{42}'\n```",  # the shell tool, in fences
+        "<bash>\necho '\\\\boxed{42}'\n</bash>",  # the shell tool, in tags
+        "```sql\nselect '\\\\boxed{42}'\n```",  # a plugin tool's block
     ],
 )
 def test_a_box_or_answer_tag_inside_the_models_own_code_is_not_read(model_text):

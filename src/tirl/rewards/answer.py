@@ -129,8 +129,18 @@ def normalize_integer_answer(s: str | None) -> int | None:
     return int(t.replace(",", ""))
 
 
-# The model's own code, in either protocol (CIR fences or AgentMath tags), closed or cut off.
-_CODE_BLOCK = re.compile(r"```python\n.*?(\n```|$)|<code>.*?(</code>|$)", re.DOTALL)
+# The model's own code blocks, closed or cut off, for any tool: a fence in any language but the
+# interpreter's answer (```` ```bash ````, a plugin tool's word; a bare ``` names no tool),
+# AgentMath's `<code>`, and a tag written as a tag-shaped protocol writes a tool's block (`<word>`
+# then a newline; `tirl.protocol`) other than the tags that hold prose: reasoning, the answer,
+# the interpreter's reply. A shell block that echoes a box prints one, like Python's print.
+_PROSE_TAGS = "think|answer|interpreter"
+_CODE_BLOCK = re.compile(
+    r"```(?!output\b)[\w.+-]+\n.*?(\n```|$)"
+    r"|<code>.*?(</code>|$)"
+    rf"|<(?!(?:{_PROSE_TAGS})>)(?P<tag>[\w.+-]+)>\n.*?(\n</(?P=tag)>|$)",
+    re.DOTALL,
+)
 
 
 def prose_text(traj: Trajectory) -> str:
