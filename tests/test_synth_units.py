@@ -164,6 +164,21 @@ def test_races_trajectories_are_executed_and_score_one(tmp_path):
     assert len((tmp_path / "stages" / "01_races.jsonl").read_text().splitlines()) == 6
 
 
+def test_races_format_is_any_registered_protocol_and_refuses_others_in_one_line(tmp_path, capsys):
+    out = tmp_path / "fences"
+    assert main(["synth", "races", "--out", str(out), "-n", "2", "--format", "cir_fences"]) == 0
+    (first, *_) = (out / "trajectories.jsonl").read_text().splitlines()
+    assert json.loads(first)["protocol"] == "cir_fences"
+    capsys.readouterr()  # the first run's progress bar
+    assert main(["synth", "races", "--out", str(tmp_path / "x"), "--format", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "tirl: error: --format nope: must name a registered protocol (agentmath_tags, cir_fences)\n"
+    )
+    assert not (tmp_path / "x").exists()
+
+
 def test_parquet_input_reads_like_jsonl(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq

@@ -95,6 +95,9 @@ class Protocol:
     boundary: Boundary = Boundary.EXACT_MATCH
     blocks: tuple[ToolBlock, ...] = ()  # () = the one Python block, code_open + code_close
     shape: Shape | None = None  # how other tools' blocks are written; None: Python's only
+    # How a demonstration wraps the reasoning before a block (AgentMath's <think>...</think>);
+    # None: plain text. The rollout reads any text the model writes alike.
+    reasoning: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.shape is not None:  # a plugin may write the shape as its string ("tags")

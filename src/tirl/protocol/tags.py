@@ -29,4 +29,5 @@ AGENTMATH_TAGS = Protocol(
     output_open="\n<interpreter>\n",
     output_close="\n</interpreter>\n",
     shape=Shape.TAGS,
+    reasoning=(THINK_OPEN, THINK_CLOSE),
 )

@@ -55,7 +55,11 @@ def cmd_races(args: argparse.Namespace) -> int:
         sizes = parse_sizes(args.sizes)
     except ValueError as e:
         raise ConfigError(f"--sizes: {e}") from None
+    from tirl.protocol import PROTOCOLS
     from tirl.synth.races import RACES_SANDBOX
+
+    if (problem := PROTOCOLS.problem(args.format)) is not None:
+        raise ConfigError(f"--format {args.format}: {problem}")
 
     sandbox_cfg = dataclasses.replace(RACES_SANDBOX, max_output_chars=args.max_output_chars)
     out = run_races(
@@ -119,7 +123,12 @@ def add_synth_parser(sub) -> None:
     p.add_argument("--sizes", default="2-4", help="composition sizes in 1..12, e.g. 2-4 (default)")
     p.add_argument("--level", type=int, default=1, choices=(1, 2, 3))
     p.add_argument("--split", default="train", choices=("train", "test"))
-    p.add_argument("--format", default="agentmath_tags", choices=("agentmath_tags", "cir_fences"))
+    p.add_argument(
+        "--format",
+        default="agentmath_tags",
+        help="the protocol the demonstrations are written in: a registered protocol"
+        " (agentmath_tags, cir_fences or a plugin's; default agentmath_tags)",
+    )
     p.add_argument(
         "--max-output-chars",
         type=number(int, "[16, 10000000]"),

@@ -7,8 +7,8 @@ problem and its demonstration parts (`Think` text, `Code` with its recorded outp
 sandbox output once the synth run's replace stage ran), for `tirl.tasks.demos.demo_trajectory`.
 
 `steps_to_parts` is the one place steps become parts, so the tokens trained on are the text the
-file shows (its `parts`/`text` fields, rendered the same way): with AgentMath tags, text before
-a block is wrapped in `<think>`; each text step ends with a newline; the closing text does not.
+file shows (its `parts`/`text` fields, rendered the same way): text before a block is wrapped
+as the protocol wraps reasoning (`Protocol.reasoning`: `<think>` in AgentMath's tags); each text step ends with a newline; the closing text does not.
 
 A record written in another protocol than the run's is an error, not a silent re-render: the
 teacher's text, the format stage and the answer check all saw that protocol. Every bad input is
@@ -31,7 +31,6 @@ from typing import Any
 
 from tirl.config import ConfigError
 from tirl.protocol import PROTOCOLS, Protocol
-from tirl.protocol.tags import THINK_CLOSE, THINK_OPEN
 from tirl.tasks.base import Code, DemoPart, Think
 from tirl.tools import DEFAULT_TOOLS, TOOLS
 
@@ -56,8 +55,9 @@ class SFTRecord:
 def steps_to_parts(steps: Sequence[Mapping[str, Any]], protocol_name: str) -> list[DemoPart]:
     """Demonstration parts of synth steps (dicts with `kind`, `text`, and for code `output` or,
     before the replace stage, the teacher's `simulated` output), written as `protocol_name`
-    writes them (see the module doc)."""
-    tags = protocol_name == "agentmath_tags"
+    writes them (see the module doc): the reasoning before a block wrapped as the protocol wraps
+    it (`Protocol.reasoning`: AgentMath's <think>), the closing text plain."""
+    reasoning = PROTOCOLS.get_entry(protocol_name).reasoning
     last_code = max((i for i, s in enumerate(steps) if s["kind"] == "code"), default=-1)
     parts: list[DemoPart] = []
     for step in steps[: last_code + 1]:
@@ -66,8 +66,8 @@ def steps_to_parts(steps: Sequence[Mapping[str, Any]], protocol_name: str) -> li
             if shown is None:
                 shown = step.get("simulated") or ""
             parts.append(Code(step["text"], shown, step.get("tool") or DEFAULT_TOOLS[0]))
-        elif tags:
-            parts.append(Think(f"{THINK_OPEN}{step['text']}{THINK_CLOSE}\n"))
+        elif reasoning is not None:
+            parts.append(Think(f"{reasoning[0]}{step['text']}{reasoning[1]}\n"))
         else:
             parts.append(Think(step["text"] + "\n"))
     closing = "".join(s["text"] + "\n" for s in steps[last_code + 1 :])
