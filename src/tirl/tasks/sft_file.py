@@ -8,7 +8,8 @@ sandbox output once the synth run's replace stage ran), for `tirl.tasks.demos.de
 
 `steps_to_parts` is the one place steps become parts, so the tokens trained on are the text the
 file shows (its `parts`/`text` fields, rendered the same way): text before a block is wrapped
-as the protocol wraps reasoning (`Protocol.reasoning`: `<think>` in AgentMath's tags); each text step ends with a newline; the closing text does not.
+as the protocol wraps reasoning (`Protocol.reasoning`: `<think>` in AgentMath's tags); each
+text step ends with a newline; the closing text does not.
 
 A record written in another protocol than the run's is an error, not a silent re-render: the
 teacher's text, the format stage and the answer check all saw that protocol. Every bad input is
