@@ -603,3 +603,29 @@ def test_bad_serialized_tasks_say_what_is_wrong():
     judged = Task("t/1", "train", "p", "a", scorer=lambda text: None, meta={"scoring": "judge"})
     with pytest.raises(ValueError, match="t/1: scoring 'judge' cannot be serialized"):
         task_to_dict(judged)
+
+
+def test_a_stored_races_task_scores_in_a_fresh_process_and_importing_loads_no_environment():
+    """The task sources read the environments through `tirl.envs.registry` when they first
+    score or generate, not on import: a process that only loads a stored task (verl's reward,
+    reasoning-gym's `score_answer`) gets every environment the task names."""
+    import subprocess
+
+    from tirl.tasks.serialize import task_to_dict
+
+    task = make_source({"source": "races"}, "races", 0).item("test", 3)
+    code = (
+        "import json, sys\n"
+        "from tirl.tasks.serialize import task_from_dict\n"
+        "task = task_from_dict(json.loads(sys.argv[1]))\n"
+        "assert 'tirl.envs.library' not in sys.modules, 'imported the library'\n"
+        "print(task.score(task.answer).reward, task.score('no answer').reward)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(task_to_dict(task))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1.0", "0.0"]

@@ -103,9 +103,10 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from tirl.envs.check import check_registry
-    from tirl.envs.core import REGISTRY, Environments
+    from tirl.envs.core import Environments
+    from tirl.envs.registry import REGISTRY
 
-    before = set(REGISTRY.names())
+    before = set(REGISTRY.names())  # the library's and installed plugins'
     for module in args.module or []:
         try:
             importlib.import_module(module)

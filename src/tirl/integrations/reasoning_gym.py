@@ -211,8 +211,6 @@ class TirlDataset(ProceduralDataset):
         """The tirl task an item of this dataset (or of another tirl dataset) came from."""
         meta = entry["metadata"]
         if "races_task" in meta:  # the stored task scores as it is: nothing to regenerate
-            import tirl.envs.library  # noqa: F401  (registers the environments it names)
-
             stored = OperatorTask.from_dict(meta["races_task"])
             return operator_task(stored, meta["task_id"], meta["split"], "races")
         source = self.source

@@ -28,9 +28,10 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from tirl.envs.core import REGISTRY, Chain, Environment, Environments
+from tirl.envs.core import Chain, Environment, Environments
 from tirl.envs.dataset import DEFAULT_MIXTURE
 from tirl.envs.operators import OPERATORS, OperatorTask, make_task
+from tirl.envs.registry import REGISTRY
 from tirl.envs.search import SearchConfig, search
 from tirl.envs.seeding import split_of, unit_hash
 
@@ -81,8 +82,6 @@ def choose_pool(pool_size: int, unseen: int, seed: int, max_instruction: int = 1
     most `max_instruction` characters: the first `pool_size + unseen`; which of them are unseen
     is drawn with `seed`, and RACES-small keeps a fifth of the rest (at least two). Environments
     that leave most inputs as they are are skipped."""
-    from tirl.envs.registry import REGISTRY
-
     fitting = [
         e for e in REGISTRY
         if e.signature == ("int", "int") and len(e.instruction) <= max_instruction

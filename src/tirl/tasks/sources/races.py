@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tirl.config import ConfigError, setting
-from tirl.envs.core import REGISTRY, Environments
+from tirl.envs.core import Environments
 from tirl.envs.dataset import DEFAULT_MIXTURE, MAX_SIZE, BuildConfig, build_tasks
 from tirl.envs.demos import operator_steps
 from tirl.envs.operators import OPERATORS, OperatorTask, answer_block, score
@@ -51,9 +51,19 @@ from tirl.tasks.base import SPLITS, Code, DemoPart, Score, Task, Think
 from tirl.tasks.registration import register_source
 
 
-def score_operator(task: OperatorTask, model_text: str, registry: Environments = REGISTRY) -> Score:
+def environments() -> Environments:
+    """Every environment: the library's and installed plugins' (`tirl.envs.registry`), read
+    on first use so that importing the task sources does not load ~460 environments."""
+    from tirl.envs.registry import REGISTRY
+
+    return REGISTRY
+
+
+def score_operator(
+    task: OperatorTask, model_text: str, registry: Environments | None = None
+) -> Score:
     """The operator reward of `model_text`; correct only at reward 1."""
-    reward = score(task, model_text, registry)
+    reward = score(task, model_text, registry or environments())
     try:
         predicted = answer_block(model_text)
     except AnswerError:
@@ -85,7 +95,7 @@ def operator_demonstration(task: Task, use_tools: bool, search_orders: bool) -> 
     SELECT only with `search_orders`), else the reference answer block."""
     if use_tools:
         stored = OperatorTask.from_dict(task.meta["races_task"])
-        steps = operator_steps(stored, REGISTRY, search_orders)
+        steps = operator_steps(stored, environments(), search_orders)
         if not isinstance(steps, str):
             return [Think(text) if kind == "text" else Code(text) for kind, text in steps]
     return [Think(task.answer)]
@@ -186,9 +196,7 @@ class RacesSource:
 
     def _generation_registry(self) -> Environments:
         if self._registry is None:
-            from tirl.envs.registry import REGISTRY
-
-            self._registry = REGISTRY if self.envs is None else _subset(self.envs)
+            self._registry = environments() if self.envs is None else _subset(self.envs)
         return self._registry
 
     def _read_file(self) -> dict[str, list[OperatorTask]]:
@@ -289,15 +297,16 @@ class RacesSource:
 
 def _subset(names: list[str]) -> Environments:
     """The registry of the named environments; a name may also be a whole domain."""
-    domains = REGISTRY.domains()
+    registry = environments()
+    domains = registry.domains()
     chosen: dict[str, None] = {}
     for i, name in enumerate(names):
-        if name in REGISTRY:
+        if name in registry:
             chosen[name] = None
         elif name in domains:
-            chosen.update(dict.fromkeys(e.name for e in REGISTRY if e.domain == name))
+            chosen.update(dict.fromkeys(e.name for e in registry if e.domain == name))
         else:
-            close = difflib.get_close_matches(name, [*REGISTRY.names(), *domains], n=4)
+            close = difflib.get_close_matches(name, [*registry.names(), *domains], n=4)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise ConfigError(
                 f"envs[{i}]: unknown environment or domain {name!r}{hint}"
@@ -306,4 +315,4 @@ def _subset(names: list[str]) -> Environments:
             )
     if not chosen:
         raise ConfigError("envs: name at least one environment or domain", "envs")
-    return REGISTRY.subset(sorted(chosen))
+    return registry.subset(sorted(chosen))
