@@ -186,3 +186,13 @@ def stop_signals(say: Callable[[str], None]) -> asyncio.Event:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     return stop
+
+
+async def wait_idle(idle: asyncio.Event, timeout_s: float) -> bool:
+    """A drain's wait: True once `idle` is set (every request answered), False after
+    `timeout_s` without it."""
+    try:
+        await asyncio.wait_for(idle.wait(), timeout_s)
+    except asyncio.TimeoutError:
+        return False
+    return True

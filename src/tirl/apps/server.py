@@ -63,7 +63,6 @@ from typing import Any
 
 from aiohttp import web
 
-from tirl.backends.hf import HFEngine
 from tirl.apps.server_requests import (
     BadRequest,
     GenerationRequest,
@@ -73,12 +72,14 @@ from tirl.apps.server_requests import (
     parse_completion,
     token_bytes_bound,
 )
+from tirl.backends.hf import HFEngine
 from tirl.httpauth import (
     auth_middleware,
     bind_refusal,
     is_loopback,
     redact_health,
     stop_signals,
+    wait_idle,
 )
 
 MAX_BODY_BYTES = 16 << 20
@@ -180,11 +181,7 @@ class CompletionServer:
         """Refuse new generation requests and wait, at most `timeout_s`, until those being
         handled have been answered in full (a stream to its `[DONE]`); True if they were."""
         self.draining = True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            return False
-        return True
+        return await wait_idle(self._idle, timeout_s)
 
     def app(self) -> web.Application:
         app = web.Application(

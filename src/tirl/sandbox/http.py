@@ -62,6 +62,7 @@ from tirl.httpauth import (
     is_loopback,
     redact_health,
     stop_signals,
+    wait_idle,
 )
 from tirl.sandbox.api import SandboxClient, SandboxError, SessionBase
 from tirl.sandbox.channel import (
@@ -207,11 +208,7 @@ class SandboxServer:
         """Refuse new operations and wait until the running ones (cells among them) have
         answered, at most `timeout_s`; True if they all did."""
         self.draining = True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            return False
-        return True
+        return await wait_idle(self._idle, timeout_s)
 
     async def op_open(self, owner: object | None = None) -> Reply:
         try:
