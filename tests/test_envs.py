@@ -49,6 +49,15 @@ def test_the_arithmetic_scorer_accepts_only_the_gold_integer():
     assert not correct("\\boxed{145}") and not correct("144") and not correct("\\boxed{144.5}")
 
 
+def test_the_arithmetic_scorer_refuses_digit_groups_split_by_spaces():
+    """A boxed "1 46" is two numbers, not 146 (issue 45); a space grouping thousands is fine."""
+    assert score_integer(146, "\\boxed{1 46}").reward == 0.0
+    assert score_integer(146, "\\boxed{14 6}").reward == 0.0
+    assert score_integer(1046, "\\boxed{1 046}").correct
+    assert score_integer(1046, "\\boxed{1,046}").correct
+    assert score_integer(1046, "\\boxed{1046}").correct
+
+
 def test_bad_config_is_rejected():
     import pytest
 

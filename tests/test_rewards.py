@@ -47,7 +47,10 @@ def test_extract_boxed(text, expected):
     "s, expected",
     [
         ("42", 42),
-        (" 4 2 ", 42),
+        (" 42 ", 42),
+        ("1 000", 1000),  # a space as the thousands separator
+        ("1 234 567", 1234567),
+        ("- 5", -5),
         ("$42$", 42),
         (r"\$42", 42),
         ("1,000", 1000),
@@ -62,6 +65,10 @@ def test_extract_boxed(text, expected):
         ("2.5", None),
         ("5.0", None),
         ("12,34", None),  # not thousands grouping: may be a list of answers
+        ("1 46", None),  # digit groups split by a space: not 146
+        (" 4 2 ", None),
+        ("1 0000", None),
+        (r"1\,46", None),  # LaTeX's thin space, the same
         ("1/2", None),
         ("x=3", None),
         ("", None),

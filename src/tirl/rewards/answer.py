@@ -108,19 +108,23 @@ def extract_answer(text: str, formats: Sequence[str] = ("boxed", "answer_tag")) 
 
 # An optionally signed integer, digits either plain or in comma-separated thousands groups.
 _INT_RE = re.compile(r"[+-]?(?:\d+|\d{1,3}(?:,\d{3})+)")
+# Whitespace between two digits: a thousands separator (`1 000`), never nothing (`1 46`).
+_SPACE_BETWEEN_DIGITS = re.compile(r"(?<=\d)\s+(?=\d)")
 
 
 def normalize_integer_answer(s: str | None) -> int | None:
     """Parse an integer answer leniently about formatting, strictly about value.
 
-    Accepted: surrounding `$` (also `\\$`), whitespace anywhere, thousands separators
-    (`1,000`, LaTeX `1{,}000` and `1\\,000`), one trailing period, leading zeros, a sign
-    (`+5`, `-5`, Unicode minus). Anything else — decimals (`5.0`, `2.5`), fractions, words,
-    badly grouped commas (`12,34`, which may be a list of two answers) — gives None.
+    Accepted: surrounding `$` (also `\\$`), whitespace around the number, thousands separators
+    (`1,000`, LaTeX `1{,}000` and `1\\,000`, a space: `1 000`), one trailing period, leading
+    zeros, a sign (`+5`, `-5`, Unicode minus). Anything else — decimals (`5.0`, `2.5`),
+    fractions, words, badly grouped digits (`12,34` or `1 46`, which may be two answers, and
+    must not read as 1234 or 146) — gives None.
     """
     if s is None:
         return None
-    t = s.replace("\\$", "").replace("$", "").replace("{,}", ",").replace("\\,", "")
+    t = s.replace("\\$", "").replace("$", "").replace("{,}", ",").replace("\\,", ",")
+    t = _SPACE_BETWEEN_DIGITS.sub(",", t)  # a separator like a comma: checked for grouping
     t = "".join(t.split()).replace("\u2212", "-")
     if t.endswith("."):
         t = t[:-1]
