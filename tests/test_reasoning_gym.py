@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 import reasoning_gym
-from reasoning_gym.composite import DatasetSpec
+from reasoning_gym.coaching.experiment import Experiment
+from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
 from reasoning_gym.factory import create_curriculum
 from reasoning_gym.utils import extract_answer
+from reasoning_gym.version_manager import DatasetVersionManager
 
 import tirl.integrations.reasoning_gym  # noqa: F401  (registers the tirl_* datasets)
 import tirl.tasks.sources.reasoning_gym  # noqa: F401  (registers the source; see the report)
@@ -32,7 +34,7 @@ from tirl.cli import main
 from tirl.config import ConfigError
 from tirl.envs.operators import OPERATORS
 from tirl.tasks import make_source
-from tirl.tasks.sources.reasoning_gym import score_entry
+from tirl.tasks.sources.reasoning_gym import ANSWER_REQUEST, score_entry
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "reasoning_gym.yaml"
 IMPORTED = ("leg_counting", "basic_arithmetic", "spell_backward")
@@ -146,7 +148,9 @@ def test_arithmetic_scores_the_same_through_reasoning_gym_and_tirl(name):
     source = make_source({"source": "arithmetic", "digits": 2}, seed=11)
     for i, entry in enumerate(data):
         task = source.item("test", i)
-        assert entry["question"] == task.problem and entry["metadata"]["split"] == "test"
+        assert entry["question"] == f"{task.problem}\n\n{ANSWER_REQUEST}"  # says the form
+        assert entry["metadata"]["split"] == "test"
+        assert entry["metadata"]["difficulty"] == {"digits": 2, "kind": task.meta["kind"]}
         gold = int(entry["answer"])
         answers = [str(gold), f"{gold:,}", str(gold + 1), f"{gold}.5", "x", "", None]
         for answer in answers:
@@ -154,6 +158,34 @@ def test_arithmetic_scores_the_same_through_reasoning_gym_and_tirl(name):
             assert data.score_answer(answer, entry) == task.score(text).reward, (answer, text)
         assert data.score_answer(str(gold), entry) == 1.0
         assert data.score_answer(str(gold + 1), entry) == 0.0
+        # a model that follows the question: reasoning-gym extracts the answer from its block
+        assert data.score_answer(extract_answer(f"It is\n<answer>{gold}</answer>"), entry) == 1.0
+
+
+@pytest.mark.parametrize(
+    "name, keys",
+    [
+        ("tirl_arithmetic", {}),
+        ("tirl", {}),
+        ("tirl", {"source": "reasoning_gym", "params": {"dataset": "leg_counting"}}),
+        ("tirl_races", RACES_KEYS),
+    ],
+)
+def test_every_export_scores_through_reasoning_gyms_experiment_by_entry_id(name, keys):
+    """reasoning-gym's `Experiment.score_answer_with_id` reads `metadata["difficulty"]` of
+    every entry (issue 45: a KeyError on tirl_arithmetic and tirl), and its score board groups
+    by it."""
+    composite = CompositeDataset(
+        CompositeConfig(size=4, seed=2, datasets=[DatasetSpec(name, 1.0, dict(keys))]),
+        version_manager=DatasetVersionManager(),
+    )
+    experiment = Experiment("tirl", composite)
+    for entry in composite:
+        assert isinstance(entry["metadata"]["difficulty"], dict)
+        entry_id = entry["metadata"]["entry_id"]
+        assert experiment.score_answer_with_id(entry["answer"], entry_id) == 1.0
+        assert experiment.score_answer_with_id(None, entry_id) == 0.0
+    assert experiment.score_board.aggregate()[name].total_scores == 8
 
 
 def test_an_entry_scores_alone_after_json_through_the_generic_dataset():
@@ -331,7 +363,7 @@ events = []
 sys.addaudithook(lambda name, args: events.append(name) if name.startswith("socket.") else None)
 import reasoning_gym, tirl.integrations.reasoning_gym, tirl.tasks.sources.reasoning_gym
 from tirl.tasks import make_source
-from tirl.tasks.sources.reasoning_gym import score_entry
+from tirl.tasks.sources.reasoning_gym import ANSWER_REQUEST, score_entry
 for name in ("leg_counting", "basic_arithmetic", "spell_backward", "tirl_races", "tirl_arithmetic"):
     data = reasoning_gym.create_dataset(name, seed=1, size=5)
     assert all(data.score_answer(e["answer"], e) == 1.0 for e in data), name

@@ -17,11 +17,15 @@ virtual length) and tirl's `split` ("train" or "test"). So
     data.score_answer(extract_answer(model_text), data[0])
 
 Items. `data[i]` is the tirl source's task `item(split, i)` with the source seeded by `seed`:
-the question is the task's problem text, `answer` the reference answer as reasoning-gym callers
-extract it (the inside of the `<answer>` block for RACES), and `metadata` says what scoring
-needs: `source_dataset` and `source_index` (reasoning-gym's keys, which its composite dispatches
-on), `task_id`, `split`, `index`, `seed`, the source entry (`tirl_source`), the task's `scoring`
-kind and, for RACES, the stored task (`races_task`). tirl derives every item from a hash of
+the question is the task's problem text, which says how to write the answer (RACES's own
+`<answer>` form; for a task scored by its `\\boxed{}`, such as arithmetic, a last line asks for
+the answer inside `<answer></answer>`, reasoning-gym's convention), `answer` the reference
+answer as reasoning-gym callers extract it (the inside of the `<answer>` block for RACES), and
+`metadata` says what scoring needs: `source_dataset` and `source_index` (reasoning-gym's keys,
+which its composite dispatches on), `task_id`, `split`, `index`, `seed`, the source entry
+(`tirl_source`), the task's `scoring` kind, `difficulty` (which reasoning-gym's `Experiment`
+reads of every entry: RACES's size and operator, arithmetic's digits and kind) and, for RACES,
+the stored task (`races_task`). tirl derives every item from a hash of
 (source, config, split, seed, index) (`tirl.envs.seeding`), so the same seed gives the same
 items, and seeds k apart are not one stream shifted by k as reasoning-gym's own
 `Random(seed + idx)` streams are (research doc A.1).
@@ -62,6 +66,7 @@ from tirl.tasks import Task, make_source
 from tirl.tasks.base import SPLITS, TaskSource
 from tirl.tasks.registry import SOURCES
 from tirl.tasks.sources.races import operator_task
+from tirl.tasks.sources.reasoning_gym import ANSWER_REQUEST
 
 # How each scoring kind (a task's meta["scoring"]) reads a final answer from model text.
 ANSWER_FORMS = {
@@ -90,6 +95,30 @@ def extracted_answer(task: Task) -> str:
         if inside is not None:
             return inside
     return task.answer
+
+
+def question(task: Task) -> str:
+    """The task's problem, saying how to write the answer: RACES problems and imported
+    reasoning-gym ones already ask for an `<answer>` block; a problem scored by a `\\boxed{}`
+    (arithmetic, math) gets reasoning-gym's form asked for in tirl's words (the `reasoning_gym`
+    source's `ANSWER_REQUEST`), since reasoning-gym extracts the answer from that block."""
+    if ANSWER_FORMS[task.meta["scoring"]] == ANSWER_FORMS["races"]:
+        return task.problem
+    return f"{task.problem.rstrip()}\n\n{ANSWER_REQUEST}"
+
+
+def difficulty(task: Task, source: TaskSource) -> dict[str, Any]:
+    """`metadata["difficulty"]`, which reasoning-gym's `Experiment` and `ScoreBoard` read for
+    every entry (they group scores by it; its values must be hashable): RACES's composition
+    size and operator, arithmetic's digits and kind, an imported reasoning-gym item's own, else
+    the source's name."""
+    meta = task.meta
+    if meta["scoring"] == "races":
+        return {"size": meta["size"], "operator": meta["operator"]}
+    if task.source == "arithmetic":
+        return {"digits": source.digits, "kind": meta["kind"]}
+    inner = meta.get("entry", {}).get("metadata", {}).get("difficulty")
+    return dict(inner) if isinstance(inner, dict) else {"source": task.source}
 
 
 # ------------------------------------------------------------------------------ configs
@@ -204,8 +233,8 @@ class TirlDataset(ProceduralDataset):
         }
         if task.meta["scoring"] == "races":
             metadata["races_task"] = task.meta["races_task"]
-            metadata["difficulty"] = {"size": task.meta["size"], "operator": task.meta["operator"]}
-        return {"question": task.problem, "answer": extracted_answer(task), "metadata": metadata}
+        metadata["difficulty"] = difficulty(task, self.source)
+        return {"question": question(task), "answer": extracted_answer(task), "metadata": metadata}
 
     def task(self, entry: dict[str, Any]) -> Task:
         """The tirl task an item of this dataset (or of another tirl dataset) came from."""
