@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import headless_chromium
 import pytest
 from side_venv import start_side_suites, stop_side_suites
 from transformers.utils import logging as hf_logging
@@ -55,6 +56,11 @@ SIDE_SUITES: list[str] = []
 def pytest_terminal_summary(terminalreporter) -> None:
     for line in SIDE_SUITES:
         terminalreporter.write_line(line)
+    # The tests that drove a real Chromium (tests/headless_chromium.py), and which one.
+    passed = {report.nodeid for report in terminalreporter.stats.get("passed", [])}
+    browsers = headless_chromium.summary_line(passed)
+    if browsers:
+        terminalreporter.write_line(browsers)
 
 
 def pytest_collection_finish(session) -> None:
