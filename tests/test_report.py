@@ -1,12 +1,15 @@
-"""Tests for tirl.eval.report: files are written, numbers and escaping reach the HTML, and a
-run with missing or no metrics still gets a report."""
+"""Tests for tirl.eval.report: files are written, numbers and escaping reach the HTML, a run
+with missing or no metrics still gets a report, and the page works in a real headless Chromium
+(tests/headless_chromium.py) without a console error."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from headless_chromium import Tab, chromium, needs_chromium
 
 from tirl.eval.report import (
     format_summary_table,
@@ -232,3 +235,62 @@ def test_terminal_table_is_aligned_and_drops_empty_columns():
     assert len({len(line) for line in lines[:3]}) == 1  # header, rule and a full row line up
     assert "0.930" in table and "-" in lines[-1]  # text has no tool calls
     assert format_summary_table([]) == "(no eval results)"
+
+
+# ---------------------------------------------------------------------------- headless Chromium
+
+
+def _tokenized(traj: Trajectory, tokenizer) -> Trajectory:
+    """`traj` with each segment's ids made by `tokenizer` from its text, so the report shows
+    every token as its own element, as it does for a real run."""
+    segments = [
+        Segment(s.kind, tokenizer(s.text, add_special_tokens=False)["input_ids"], s.text)
+        for s in traj.segments
+    ]
+    return replace(traj, segments=segments)
+
+
+@needs_chromium
+def test_report_in_headless_chromium_has_no_console_error(tokenizer, tmp_path):
+    metrics = _write_metrics(tmp_path / "metrics.jsonl", _metrics_lines())
+    samples = [_tokenized(t, tokenizer) for t in _samples()]
+    page = write_report(
+        tmp_path / "run",
+        eval_results=EVAL,
+        metrics_path=metrics,
+        samples=samples,
+        config={"seed": 0},
+        tokenizer=tokenizer,
+    )["html"]
+    empty = write_report(tmp_path / "empty", eval_results={}, metrics_path=tmp_path / "no.jsonl")[
+        "html"
+    ]
+    with chromium(tmp_path / "profile") as devtools:
+        tab = Tab(devtools)
+        tab.open(page.as_uri())
+
+        # Every plot is an image the browser decoded, and both samples are drawn token by token.
+        images = tab.js("[...document.images].map(i => [i.complete, i.naturalWidth > 0])")
+        assert images == [[True, True]] * 7
+        assert tab.js("document.querySelectorAll('.traj').length") == len(samples)
+        masks = tab.js("[...document.querySelectorAll('.tk')].map(t => +t.dataset.mask)")
+        assert masks == [m for t in samples for m in t.loss_mask]
+        # The sample's `<script>` is text on the page; the one script is the viewer's.
+        assert tab.js("document.scripts.length") == 1
+
+        # The viewer's controls work inside the report.
+        tab.click("#grey-masked")
+        assert tab.js("document.body.classList.contains('grey-masked')") is True
+        tab.click("[data-filter='correct']")
+        assert tab.js(
+            "[...document.querySelectorAll('.traj')].filter(t => t.offsetParent).length"
+        ) == sum(t.correct for t in samples)
+
+        # A report with nothing in it (no script, no plot) loads as well.
+        tab.open(empty.as_uri())
+        assert "No eval results." in tab.js("document.body.textContent")
+
+        # No JS error, no console error, and nothing fetched but the files themselves.
+        assert tab.errors() == []
+        urls = tab.requested_urls()
+        assert len(urls) >= 2 and all(u.startswith(("file:", "data:")) for u in urls), urls
