@@ -183,11 +183,15 @@ class CompletionServer:
         self.draining = True
         return await wait_idle(self._idle, timeout_s)
 
-    def app(self) -> web.Application:
-        app = web.Application(
+    def application(self) -> web.Application:
+        """An app with this server's body limit, JSON errors and authentication, no routes."""
+        return web.Application(
             client_max_size=MAX_BODY_BYTES,
             middlewares=[_json_errors, auth_middleware(self.api_key, error_response)],
         )
+
+    def app(self) -> web.Application:
+        app = self.application()
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/v1/models/{model:.+}", self.model)
         app.router.add_get("/health", self.health)
@@ -373,7 +377,10 @@ class CompletionServer:
             if not req.include_stop:
                 cut = text.find(stop_reason)
                 text = text if cut < 0 else text[:cut]
-        return _Choice(out.ids, out.logprobs, text, finish, stop_reason)
+        choice = _Choice(out.ids, out.logprobs, text, finish, stop_reason)
+        if req.on_choice is not None:
+            req.on_choice(ids, choice)
+        return choice
 
     def _envelope(self, req: GenerationRequest, rid: str, chunk: bool = False) -> dict[str, Any]:
         kind = "chat.completion" if req.chat else "text_completion"

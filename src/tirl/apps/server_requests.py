@@ -24,8 +24,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+# How a prompt's text becomes token ids. `tirl serve` tokenizes it whole (`plain_encoder`);
+# the training gateway (`tirl.apps.gateway`) splices the ids a session's model sampled before.
+Encode = Callable[[str], list[int]]
 
 MAX_N = 64  # choices per prompt
 MAX_PROMPTS = 64  # prompts per request (a batched `prompt`)
@@ -98,6 +103,9 @@ class GenerationRequest:
     logprobs: bool
     stream: bool
     include_usage: bool
+    # Called with (prompt ids, the choice) for each choice answered in full; the training
+    # gateway records a session's calls with it. Not a request field.
+    on_choice: Callable[[list[int], Any], None] | None = field(default=None, compare=False)
 
 
 _COMMON = {
@@ -145,11 +153,19 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def parse_completion(body: dict[str, Any], limits: ModelLimits, tokenizer) -> GenerationRequest:
+def plain_encoder(tokenizer) -> Encode:
+    """A prompt's text tokenized whole, no special tokens added (what `tirl serve` does)."""
+    return lambda text: tokenizer.encode(text, add_special_tokens=False)
+
+
+def parse_completion(
+    body: dict[str, Any], limits: ModelLimits, tokenizer, encode: Encode | None = None
+) -> GenerationRequest:
+    """`encode`: how a text prompt becomes ids (None: `plain_encoder`)."""
     _check_fields(body, COMPLETION_FIELDS, NEUTRAL_COMPLETION)
     _check_model(body, limits)
     params = _params(body, limits, chat=False)
-    prompts = _prompts(body, limits, tokenizer)
+    prompts = _prompts(body, limits, encode or plain_encoder(tokenizer))
     max_tokens = params.pop("max_tokens") or 16
     return _fit(
         GenerationRequest(
@@ -160,7 +176,10 @@ def parse_completion(body: dict[str, Any], limits: ModelLimits, tokenizer) -> Ge
     )
 
 
-def parse_chat(body: dict[str, Any], limits: ModelLimits, tokenizer) -> GenerationRequest:
+def parse_chat(
+    body: dict[str, Any], limits: ModelLimits, tokenizer, encode: Encode | None = None
+) -> GenerationRequest:
+    """`encode`: how the rendered template becomes ids (None: `plain_encoder`)."""
     _check_fields(body, CHAT_FIELDS, NEUTRAL_CHAT)
     _check_model(body, limits)
     params = _params(body, limits, chat=True)
@@ -178,7 +197,7 @@ def parse_chat(body: dict[str, Any], limits: ModelLimits, tokenizer) -> Generati
         raise BadRequest(
             "messages", f"the chat template cannot render these messages: {_clip(str(e))}"
         ) from None
-    ids = tokenizer.encode(text, add_special_tokens=False)
+    ids = (encode or plain_encoder(tokenizer))(text)
     _check_prompt_ids(ids, limits, "messages")
     # Without a limit, a chat completion may fill the context (as vLLM does), within the budget.
     max_tokens = params.pop("max_tokens") or limits.max_request - len(ids)
@@ -369,7 +388,7 @@ def _stops(body: dict[str, Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(stops))
 
 
-def _prompts(body: dict[str, Any], limits: ModelLimits, tokenizer) -> list[list[int]]:
+def _prompts(body: dict[str, Any], limits: ModelLimits, encode: Encode) -> list[list[int]]:
     if "prompt" not in body or body["prompt"] is None:
         raise BadRequest("prompt", "missing field 'prompt' (text, token ids, or a list of either)")
     prompt = body["prompt"]
@@ -393,7 +412,7 @@ def _prompts(body: dict[str, Any], limits: ModelLimits, tokenizer) -> list[list[
     prompts = []
     for item in items:
         if isinstance(item, str):
-            ids = tokenizer.encode(_text(item, "prompt"), add_special_tokens=False) if item else []
+            ids = encode(_text(item, "prompt")) if item else []
         else:
             ids = item
         _check_prompt_ids(ids, limits, "prompt")
