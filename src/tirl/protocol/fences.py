@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
 
+from tirl.protocol.tokens import encode_wrapped
+
 DEFAULT_TOOL = "python"  # the tool a protocol's own code block is for
 
 
@@ -59,6 +61,9 @@ class ToolBlock:
     open: str
     close: str
     enabled: bool = True
+    # Call protocols (`Shape.CALLS`, `tirl.protocol.calls`): the call arguments that may carry
+    # the code, the first the one its function declares (and demonstrations write).
+    arguments: tuple[str, ...] = ()
 
 
 class Shape(str, Enum):
@@ -66,6 +71,8 @@ class Shape(str, Enum):
 
     FENCES = "fences"  # ```word\n ... \n```
     TAGS = "tags"  # <word>\n ... \n</word>
+    # one call block for every tool, the call inside names the tool (`tirl.protocol.calls`)
+    CALLS = "calls"
 
 
 class Boundary(str, Enum):
@@ -107,6 +114,9 @@ class Protocol:
         names = [b.tool for b in self.blocks]
         if len(set(names)) != len(names):
             raise ValueError(f"protocol {self.name!r}: a tool has two blocks ({names})")
+        self._check_blocks()
+
+    def _check_blocks(self) -> None:
         opens = [b.open for b in self.tool_blocks]
         for i, a in enumerate(opens):  # one opener inside another would make blocks ambiguous
             if any(a in b or b in a for b in opens[i + 1 :]):
@@ -189,6 +199,12 @@ class Protocol:
                 return tool, code
         return None
 
+    def call_error(self, tool: str, code: str) -> str | None:
+        """Why a block `closed_call` found cannot run (one line, the model's answer), or None.
+        None here: every block of a fence or tag protocol is a call. A call protocol's block
+        holds a structured call that can be malformed (`tirl.protocol.calls`)."""
+        return None
+
     def closed_block(self, text: str) -> str | None:
         """The code of the block that `text` has just finished (any tool's), or None."""
         call = self.closed_call(text)
@@ -208,6 +224,19 @@ class Protocol:
         if self.boundary is Boundary.EXACT_MATCH:
             return f"{self.output_open}{output}{self.output_close}"
         return f"{self.output_open[self._marker_end() :]}{output}{self.output_close}"
+
+    def encode_output(self, tokenizer, output: str) -> list[int]:
+        """The tool segment's ids for `output`: `render_output(output)` tokenized on its own,
+        the output's special-token spellings kept as text (`tirl.protocol.tokens`). A special
+        token spelt in the protocol's own markers (a chat template's turn end) is that token."""
+        text = self.render_output(output)  # its head (the output block's opening), then ...
+        head = text[: len(text) - len(self.output_close) - len(output)]
+        return encode_wrapped(tokenizer, head, output, self.output_close)
+
+    def for_tokenizer(self, tokenizer) -> Protocol:
+        """This protocol as it is written for `tokenizer`'s model: itself here; a call protocol
+        takes its tool answer's markers from the tokenizer's chat template."""
+        return self
 
     def render_code(self, code: str, tool: str = DEFAULT_TOOL) -> str:
         """A block as a demonstration writes it (with the stop marker in stop-token mode)."""

@@ -4,7 +4,13 @@ Tools: the rollout runs a closed block with the tool it is for (`tirl.tools`: wh
 block closed is what the protocol detects), so Python cells and shell scripts share the one
 session of the trajectory. A block for a tool the settings do not enable is not run: the model
 gets one line (`tirl.tools.disabled_message`, ToolCall.status "disabled"), and the block does
-not count against the tool budget.
+not count against the tool budget. In a call protocol (`tirl.protocol.calls`: the model
+calls tools as functions in its chat template's format) the protocol also says which tool a
+closed call names, and a call that cannot run (not JSON, no such tool) is answered with one line
+(`Protocol.call_error`, ToolCall status "error"); like a failed cell, it counts against the
+budget. The protocol is the one written for the rollout's tokenizer (`Protocol.for_tokenizer`:
+a call protocol's tool turn as the chat template writes it) and tokenizes the tool segments
+(`Protocol.encode_output`).
 
 Every trajectory is its own asyncio task, so one that waits on the sandbox frees its place in
 the sampler's batch for the others (request-level scheduling, AgentMath §3). A trajectory
@@ -14,7 +20,7 @@ What the trajectory holds is exactly what the model saw: the prompt ids, the ids
 returned, and the ids of each tool output tokenized on its own (architecture.md invariant 1).
 A prompt is text (tokenized without special tokens added) or ids: a chat prompt is passed as
 the exact ids of its template (`tirl.tasks.prompts.PromptRenderer.prompt_ids`). Tool output is
-tokenized with special-token spellings kept as text (`tirl.protocol.tokens.encode_literal`), so
+tokenized with special-token spellings kept as text (`Protocol.encode_output`), so
 code that prints `<|im_end|>` or `<|endoftext|>` cannot end the model's turn.
 
 Scheduling limits (`Rollout(max_generating=, max_tool_calls=, max_trajectories=)`): at most
@@ -67,7 +73,6 @@ from tqdm.auto import tqdm
 from tirl.backends.engine import PromptTooLongError
 from tirl.protocol.fences import CIR_FENCES, Protocol
 from tirl.protocol.segments import Segment, SegmentKind, ToolCall, Trajectory
-from tirl.protocol.tokens import encode_literal
 from tirl.sandbox import Sandbox, SessionBase
 from tirl.sandbox.formatter import SHOWN_OUTPUT_CHARS
 from tirl.tools import TOOLS, ToolContext, disabled_message, toolset_protocol
@@ -239,17 +244,22 @@ class Rollout:
         self._tool_slots = _limit(max_tool_calls)
         self._trajectory_slots = _limit(max_trajectories)
         self._running: dict[object, _Run] = {}
+        self._protocols: dict[Protocol, Protocol] = {}  # settings' -> as written for tokenizer
 
     def encode(self, text: str) -> list[int]:
         """A text prompt's ids (a special token spelt in it stays special, as before)."""
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def encode_tool_output(self, text: str) -> list[int]:
-        """A tool segment's ids: special-token spellings in the text stay ordinary tokens."""
-        return encode_literal(self.tokenizer, text)
-
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def protocol_for(self, settings: RolloutSettings) -> Protocol:
+        """`settings.protocol` as written for this rollout's tokenizer (`for_tokenizer`)."""
+        protocol = self._protocols.get(settings.protocol)
+        if protocol is None:
+            protocol = settings.protocol.for_tokenizer(self.tokenizer)
+            self._protocols[settings.protocol] = protocol
+        return protocol
 
     # ------------------------------------------------------------------ public API
     async def run(
@@ -374,7 +384,7 @@ class Rollout:
     async def _drive(self, run: _Run, settings: RolloutSettings, segmented: bool) -> bool:
         """Generate and execute until the trajectory ends (False) or, when `segmented`, until
         the segment budget is spent (True)."""
-        traj, protocol = run.traj, settings.protocol
+        traj, protocol = run.traj, self.protocol_for(settings)
         seg_tokens = seg_calls = 0
         seg_token_cap = settings.segment_tokens if segmented else None
         seg_call_cap = settings.segment_tool_calls if segmented else None
@@ -417,7 +427,7 @@ class Rollout:
             call = await self._tool_call(run, tool, code, settings)
             traj.tool_calls.append(call)
             tool_text = protocol.render_output(call.output_text)
-            run.feed = self.encode_tool_output(tool_text)
+            run.feed = protocol.encode_output(self.tokenizer, call.output_text)
             self._append(traj, Segment(SegmentKind.TOOL, run.feed, tool_text), None)
             seg_calls += 1
             if traj.num_model_tokens >= self._model_token_limit(settings):
@@ -436,8 +446,12 @@ class Rollout:
     async def _tool_call(
         self, run: _Run, tool: str, code: str, settings: RolloutSettings
     ) -> ToolCall:
-        """Run the block with its tool, or answer it with one line: the tool is not enabled
-        ("disabled"), or the budget of blocks that ran is spent ("skipped")."""
+        """Run the block with its tool, or answer it with one line: a call that cannot run
+        ("error"), the tool is not enabled ("disabled"), or the budget of blocks that ran is
+        spent ("skipped")."""
+        error = settings.protocol.call_error(tool, code)
+        if error is not None:
+            return ToolCall(code, "error", error, tool=tool)
         if tool not in settings.tools:
             return ToolCall(code, "disabled", disabled_message(tool, settings.tools), tool=tool)
         executed = [c for c in run.traj.tool_calls if c.status not in NOT_RUN]

@@ -11,18 +11,21 @@ source's `demonstration` or a `tirl synth` file), with the interpreter's output 
 
 Each segment is tokenized on its own (architecture.md invariant 1): a model segment ends where a
 rollout's generation would stop (the block's close, or its stop marker), and the tool output is
-tokenized separately, as the rollout does, with special-token spellings kept as text
-(`tirl.protocol.tokens.encode_literal`: a printed `<|im_end|>` never ends the turn). Model text
-is tokenized the same way: the only special token a demonstration teaches is the final eos.
+tokenized separately, as the rollout does (`Protocol.encode_output`), with special-token
+spellings kept as text (`tirl.protocol.tokens.encode_literal`: a printed `<|im_end|>` never ends
+the turn). Model text is tokenized the same way: the only special token a demonstration teaches
+is the final eos. (A call protocol's tool segment holds its chat template's turn markers as the
+special tokens they are: they are the protocol's, not the output's; `tirl.protocol.calls`.)
 
 `run_demo_codes` fills in the outputs of blocks that have none, each with its tool's own runner
 (`tirl.tools`: the path a rollout's blocks take, so a shell step shows what a rollout's shell
 block would), all of a demonstration's blocks in one sandbox session (architecture.md invariant 4).
 
 Tools: each `Code` part names its tool (Python by default) and is written as that tool's block
-of the run's protocol (`Protocol.render_code(source, tool)`). A block for a tool the protocol
-has no block for, or one the run did not enable, is a one-line ValueError: a demonstration must
-not teach a block the run would refuse.
+of the run's protocol (`Protocol.render_code(source, tool)`; in a call protocol, the JSON call
+of that tool's function). A block for a tool the protocol has no block for, or one the run did
+not enable, is a one-line ValueError: a demonstration must not teach a block the run would
+refuse.
 """
 
 from __future__ import annotations
@@ -104,8 +107,13 @@ def demo_trajectory(
     tokenizer = renderer.tokenizer
     prompt_ids = renderer.prompt_ids(task_problem)
     segments = [Segment(SegmentKind.PROMPT, prompt_ids, renderer.prompt_text(task_problem))]
-    for kind, text in demo_segment_texts(renderer.protocol, parts, outputs):
-        segments.append(Segment(kind, encode_literal(tokenizer, text), text))
+    protocol, shown = renderer.protocol, iter(outputs)
+    for kind, text in demo_segment_texts(protocol, parts, outputs):
+        if kind is SegmentKind.TOOL:  # tokenized as a rollout tokenizes its tool segments
+            ids = protocol.encode_output(tokenizer, next(shown))
+        else:
+            ids = encode_literal(tokenizer, text)
+        segments.append(Segment(kind, ids, text))
     if segments[-1].kind is SegmentKind.MODEL and len(segments) > 1:
         segments[-1].ids.append(renderer.eos_id)
     else:

@@ -11,17 +11,25 @@ the turn ends with the template's end token (Qwen's `<|im_end|>`), which is `eos
 engine must stop on and a demonstration ends with. The system message explains the run's
 protocol (`DEFAULT_SYSTEM_PROMPTS`, or the `system` given).
 
-Not covered: multi-turn conversations, and templates that put tool output in a turn of its own
-(tirl keeps the interpreter's answer inside the assistant turn, as CIR and AgentMath do).
+Tools as functions: with a call protocol (`tirl.protocol.calls`, `hermes_tools`) the enabled
+tools' function definitions (`tirl.tools.function_schemas`) are passed as the template's
+`tools=`, so a template that lists tools (Qwen2.5's) shows them its own way; where the template
+does not list them (SmolLM2's, or a plain prompt's given system message) the default system
+message lists them in Hermes' format. The tool's answer is then a turn of its own, as the
+template writes it (the call protocol's `for_tokenizer`); fence and tag protocols keep the
+interpreter's answer inside the assistant turn, as CIR and AgentMath do.
+
+Not covered: multi-turn conversations.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from tirl.config import ConfigError
-from tirl.protocol import Boundary, Protocol, get_protocol
-from tirl.tools import tools_prompt
+from tirl.protocol import Boundary, Protocol, Shape, get_protocol
+from tirl.tools import function_schemas, tools_prompt
 
 PLAIN_TEMPLATE = "Problem: {problem}\nSolution:\n"
 
@@ -41,12 +49,28 @@ DEFAULT_SYSTEM_PROMPTS: Mapping[str, str] = {
         " to reason further. Give the final answer in the format the problem asks for,"
         " otherwise as \\boxed{{}}."
     ),
+    "hermes_tools": (
+        "Solve the problem step by step. You can run code by calling the functions you are"
+        " given. A call runs as soon as </tool_call> is written, in one session that keeps"
+        " Python's variables between calls, and what it prints comes back inside"
+        " <tool_response></tool_response>.{stop} Use the results to reason further. Give the"
+        " final answer in the format the problem asks for, otherwise as \\boxed{{}}."
+    ),
 }
 STOP_TOKEN_NOTE = " To run a block, write {marker} right after it."
+# How the functions are listed where the chat template does not list them (Hermes' format).
+FUNCTIONS_NOTE = (
+    "\n\nThe functions are described within <tools></tools>:\n<tools>\n{functions}\n</tools>\n"
+    "For each call, write a JSON object with the function's name and arguments within"
+    " <tool_call></tool_call> tags:\n<tool_call>\n"
+    '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+)
 
 
-def default_system_prompt(protocol: Protocol) -> str:
-    """The system message that explains `protocol` (its boundary mode included)."""
+def default_system_prompt(protocol: Protocol, list_functions: bool = True) -> str:
+    """The system message that explains `protocol` (its boundary mode included). A call
+    protocol's message ends with its functions (`FUNCTIONS_NOTE`) unless `list_functions` is
+    False (the chat template lists them)."""
     if protocol.name not in DEFAULT_SYSTEM_PROMPTS:
         raise ConfigError(
             f"no default system prompt for protocol {protocol.name!r}; give one"
@@ -57,7 +81,11 @@ def default_system_prompt(protocol: Protocol) -> str:
         stop = STOP_TOKEN_NOTE.format(marker=protocol.stop_marker)
     text = DEFAULT_SYSTEM_PROMPTS[protocol.name].format(stop=stop)
     extra = tools_prompt(protocol, protocol.enabled_tools)  # tools beyond Python, if any
-    return f"{text} {extra}" if extra else text
+    text = f"{text} {extra}" if extra else text
+    if protocol.shape is Shape.CALLS and list_functions:
+        lines = "\n".join(json.dumps(f, ensure_ascii=False) for f in function_schemas(protocol))
+        text += FUNCTIONS_NOTE.format(functions=lines)
+    return text
 
 
 class PromptRenderer:
@@ -78,7 +106,13 @@ class PromptRenderer:
         chat: bool | None = None,
     ) -> None:
         self.tokenizer = tokenizer
-        self.protocol = get_protocol(protocol) if isinstance(protocol, str) else protocol
+        protocol = get_protocol(protocol) if isinstance(protocol, str) else protocol
+        try:  # as written for this tokenizer (a call protocol's tool turn: its template's)
+            self.protocol = protocol.for_tokenizer(tokenizer)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        # a call protocol's functions, the chat template's `tools=`; None: no tools= at all
+        self.functions = function_schemas(protocol) if protocol.shape is Shape.CALLS else None
         has_template = bool(getattr(tokenizer, "chat_template", None))
         if chat and not has_template:
             raise ConfigError(
@@ -88,7 +122,10 @@ class PromptRenderer:
             )
         self.chat = has_template if chat is None else chat
         if self.chat:
-            self.system = default_system_prompt(self.protocol) if system is None else system
+            listed = self._template_lists_functions()
+            if system is None:
+                system = default_system_prompt(self.protocol, list_functions=not listed)
+            self.system = system
         else:
             self.system = system or ""
         self.eos_id = self._turn_end_id() if self.chat else tokenizer.eos_token_id
@@ -112,17 +149,19 @@ class PromptRenderer:
         """The prompt as text (for display and for text-only engines; a chat prompt's text may
         tokenize differently from `prompt_ids`, so rollouts take the ids)."""
         if self.chat:
+            tools = {} if self.functions is None else {"tools": self.functions}
             return self.tokenizer.apply_chat_template(
-                self.messages(problem), add_generation_prompt=True, tokenize=False
+                self.messages(problem), add_generation_prompt=True, tokenize=False, **tools
             )
         plain = PLAIN_TEMPLATE.format(problem=problem)
         return f"{self.system}\n\n{plain}" if self.system else plain
 
     # ------------------------------------------------------------------ helpers
     def _template(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> list[int]:
+        tools = {} if self.functions is None else {"tools": self.functions}
         try:
             out = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=add_generation_prompt, tokenize=True
+                messages, add_generation_prompt=add_generation_prompt, tokenize=True, **tools
             )
         except Exception as e:  # a template that refuses a system turn, say
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -130,6 +169,20 @@ class PromptRenderer:
         # transformers 5 returns a BatchEncoding, earlier releases the list of ids
         ids = out["input_ids"] if isinstance(out, Mapping) else out
         return [int(i) for i in ids]
+
+    def _template_lists_functions(self) -> bool:
+        """True when the chat template writes the `tools=` it is given into the prompt (the
+        first function's description appears in it), as Qwen2.5's does; SmolLM2's ignores it."""
+        if not self.functions:
+            return False
+        description = self.functions[0]["function"]["description"]
+        try:
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": "y"}], tokenize=False, tools=self.functions
+            )
+        except Exception:  # a template that refuses tools: it lists none
+            return False
+        return description in text
 
     def _turn_end_id(self) -> int | None:
         """The template's end-of-turn token: the first special token after the assistant's

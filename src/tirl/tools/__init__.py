@@ -10,6 +10,7 @@ from tirl.tools.base import TOOLS, Tool, ToolContext, ToolResult, register_tool
 from tirl.tools.toolset import (
     DEFAULT_TOOLS,
     disabled_message,
+    function_schemas,
     tools_problem,
     tools_prompt,
     toolset_protocol,
@@ -22,6 +23,7 @@ __all__ = [
     "ToolContext",
     "ToolResult",
     "disabled_message",
+    "function_schemas",
     "register_tool",
     "tools_problem",
     "tools_prompt",

@@ -8,6 +8,11 @@ A tool is one file with one class registered by name (`@register_tool("shell")`)
   needs no tool edited. The Python tool uses the protocol's own code block instead
   (`PythonTool.block`); its words are what a teacher writes (below);
 - its line of the system prompt (`prompt`), which tells the model the block exists;
+- for call protocols (`Shape.CALLS`, `tirl.protocol.calls`: the model calls tools as functions
+  in its chat template's format), its function: a `description`, the JSON-schema `parameters`
+  and which argument carries the code (`code_arguments`); `function_schema()` is the OpenAI
+  function definition that goes into the chat template's `tools=`. A tool without
+  `code_arguments` has no block in a call protocol;
 - for synthesis (`tirl.synth`): other words a teacher may write for its blocks (`aliases`,
   ```` ```sh ```` for ```` ```bash ````), whether its code is Python source (`code_is_python`:
   the AST-depth filter measures it), and a note for the teacher's system prompt (`synth_note`);
@@ -32,6 +37,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tirl.protocol import Protocol, Shape, ToolBlock
 from tirl.registry import Registry
@@ -72,13 +78,29 @@ class Tool(abc.ABC):
     # appended to the teacher's system prompt when a synth run enables the tool; {open} and
     # {close} are its markers in the teacher's protocol (AgentMath's tags)
     synth_note: str = ""
+    # Call protocols. The function's description and JSON-schema parameters, and the
+    # arguments that may carry the code (the first is the one `parameters` declares).
+    description: str = ""
+    parameters: Mapping[str, Any] = {}
+    code_arguments: tuple[str, ...] = ()
 
     def block(self, protocol: Protocol) -> ToolBlock | None:
         """How this tool's blocks are written in `protocol` (from its word for the protocol's
-        shape), or None if it has no word for that shape."""
+        shape; in a call protocol, the one call block if the tool is a function), or None if
+        it has none there."""
+        if protocol.shape is Shape.CALLS:
+            if not self.code_arguments:
+                return None
+            open_, close = protocol.code_open, protocol.code_close
+            return ToolBlock(self.name, open_, close, arguments=tuple(self.code_arguments))
         word = self.words.get(protocol.shape) if protocol.shape is not None else None
         pair = None if word is None else protocol.tool_markers(word)
         return None if pair is None else ToolBlock(self.name, *pair)
+
+    def function_schema(self) -> dict[str, Any]:
+        """The tool as an OpenAI function definition (a chat template's `tools=` entry)."""
+        function = {"name": self.name, "description": self.description}
+        return {"type": "function", "function": {**function, "parameters": dict(self.parameters)}}
 
     def with_markers(self, text: str, protocol: Protocol) -> str:
         """`text` with {open} and {close} replaced by this tool's markers in `protocol` (their

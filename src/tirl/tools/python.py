@@ -10,6 +10,7 @@ synthesis reads in a teacher's text; in a rollout they are the two built-in prot
 from __future__ import annotations
 
 from tirl.protocol import Protocol, Shape, ToolBlock
+from tirl.protocol.calls import PYTHON_ARGUMENT
 from tirl.sandbox import format_result
 from tirl.tools.base import Tool, ToolContext, ToolResult, register_tool
 
@@ -23,8 +24,20 @@ class PythonTool(Tool):
     words = {Shape.FENCES: "python", Shape.TAGS: "code"}
     aliases = {Shape.FENCES: ("py", "python3")}
     code_is_python = True
+    description = (
+        "Run Python code in one interpreter that keeps its variables between calls; what it"
+        " prints comes back."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {PYTHON_ARGUMENT: {"type": "string", "description": "the Python code"}},
+        "required": [PYTHON_ARGUMENT],
+    }
+    code_arguments = (PYTHON_ARGUMENT,)
 
-    def block(self, protocol: Protocol) -> ToolBlock:
+    def block(self, protocol: Protocol) -> ToolBlock | None:
+        if protocol.shape is Shape.CALLS:
+            return super().block(protocol)
         return ToolBlock(self.name, protocol.code_open, protocol.code_close)
 
     async def run(self, code: str, ctx: ToolContext) -> ToolResult:

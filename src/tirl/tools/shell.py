@@ -75,6 +75,17 @@ class ShellTool(Tool):
         " <interpreter>."
     )
 
+    description = (
+        "Run a bash script in the same working directory as the Python code; its stdout and"
+        " stderr come back."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {"script": {"type": "string", "description": "the bash script"}},
+        "required": ["script"],
+    }
+    code_arguments = ("script", "code")  # a model that writes `code` for it is understood
+
     async def run(self, code: str, ctx: ToolContext) -> ToolResult:
         session = await ctx.session()
         result = await session.run(shell_cell(code))

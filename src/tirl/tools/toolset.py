@@ -56,9 +56,11 @@ def toolset_protocol(protocol: Protocol, enabled: Sequence[str] = DEFAULT_TOOLS)
         if block is None and name in enabled:
             shape = protocol.shape.value if protocol.shape is not None else "no shape"
             words = ", ".join(Shape(s).value for s in TOOLS[name].words) or "none"
+            has = f"the tool has words for: {words}"
+            if protocol.shape is Shape.CALLS:
+                has = "the tool declares no function (code_arguments)"
             raise ConfigError(
-                f"tools: {name!r} has no block in protocol {protocol.name!r} ({shape}; the"
-                f" tool has words for: {words})",
+                f"tools: {name!r} has no block in protocol {protocol.name!r} ({shape}; {has})",
                 "tools",
             )
         if block is not None:
@@ -71,8 +73,17 @@ def disabled_message(tool: str, enabled: Sequence[str]) -> str:
     return f"Tool {tool!r} is not enabled in this run (enabled: {', '.join(enabled)}): not run."
 
 
+def function_schemas(protocol: Protocol) -> list[dict]:
+    """The OpenAI function definitions of `protocol`'s enabled tools, in order: a call
+    protocol's `tools=` for the chat template (`tirl.tools.base.Tool.function_schema`)."""
+    return [TOOLS[name].function_schema() for name in protocol.enabled_tools]
+
+
 def tools_prompt(protocol: Protocol, enabled: Sequence[str]) -> str:
     """The system-prompt lines of the enabled tools other than Python, joined by spaces: what
-    a protocol's default system prompt (which explains the Python block) is followed by."""
+    a protocol's default system prompt (which explains the Python block) is followed by. None
+    in a call protocol: there the tools are the functions listed with it."""
+    if protocol.shape is Shape.CALLS:
+        return ""
     lines = [TOOLS[n].prompt_line(protocol.with_blocks(())) for n in enabled if n != DEFAULT_TOOL]
     return " ".join(line for line in lines if line)
