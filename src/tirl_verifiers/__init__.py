@@ -4,6 +4,6 @@ module of that name (dashes to underscores) and taking the one `Taskset` subclas
 one `Harness` subclass, that its `__all__` exports (verifiers/v1/utils/loaders.py); this module
 exists so that the id works after `pip install 'tirl[verifiers]'`."""
 
-from tirl.integrations.verifiers import TirlHarness, TirlTaskset
+from tirl.integrations.verifiers import TirlEnv, TirlHarness, TirlTaskset
 
-__all__ = ["TirlHarness", "TirlTaskset"]
+__all__ = ["TirlEnv", "TirlHarness", "TirlTaskset"]

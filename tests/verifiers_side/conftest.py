@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -26,19 +26,24 @@ import tirl.tasks.sources.verifiers_env  # noqa: E402,F401  (registers the `veri
 
 class ScriptedServer:
     """An OpenAI-compatible chat server on 127.0.0.1 that answers with `replies`, in order
-    (the last one repeats), and records every request body."""
+    (the last one repeats), or with `reply(messages)` when that is set (for concurrent
+    rollouts), and records every request body."""
 
     def __init__(self) -> None:
         self.replies: list[str] = ["..."]
+        self.reply: Callable[[list[dict]], str] | None = None
         self.requests: list[dict] = []
         server = self
+        lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append(body)
-                n = min(len(server.requests), len(server.replies)) - 1
-                message = {"role": "assistant", "content": server.replies[n]}
+                with lock:
+                    server.requests.append(body)
+                    n = min(len(server.requests), len(server.replies)) - 1
+                text = server.reply(body["messages"]) if server.reply else server.replies[n]
+                message = {"role": "assistant", "content": text}
                 out = json.dumps({
                     "id": f"c{len(server.requests)}", "object": "chat.completion", "created": 0,
                     "model": body["model"],

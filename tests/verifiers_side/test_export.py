@@ -9,9 +9,15 @@ import re
 
 import pytest
 import verifiers.v1 as vf
-from verifiers.v1.utils.loaders import default_harness_id, taskset_class
+from verifiers.v1.utils.loaders import (
+    default_harness_id,
+    environment_class,
+    resolve_env_config,
+    taskset_class,
+)
 
-from tirl.integrations.verifiers import TirlHarness, TirlTaskset
+from tirl.integrations.verifiers import TirlEnv, TirlHarness, TirlTaskset
+from tirl.integrations.verifiers.taskset import FINAL_ANSWER
 from tirl.tasks import make_source
 
 OPERATORS = ("sequential", "parallel", "sort", "select")
@@ -55,6 +61,13 @@ def test_the_taskset_id_resolves_to_tirls_taskset_and_harness():
     agent = vf.AgentConfig.model_validate({"harness": {"id": "tirl-verifiers", "python": True}})
     assert config.id == "tirl-verifiers" and agent.harness.python is True
     assert vf.load_harness(agent.harness).__class__ is TirlHarness
+    assert environment_class("tirl-verifiers") is TirlEnv
+    # a harness flag without an id lands on tirl's harness, run on the local runtime
+    env = resolve_env_config(
+        {"taskset": {"id": "tirl-verifiers"}, "agent": {"harness": {"python": True}}}
+    )
+    assert env.agent.harness.id == "tirl-verifiers" and env.agent.harness.python is True
+    assert env.agent.runtime.type == "subprocess"
 
 
 @pytest.mark.parametrize("operator", OPERATORS)
@@ -136,6 +149,19 @@ def test_a_single_turn_rollout_through_verifiers_is_rewarded_as_tirl(scripted_se
         assert scripted_server.requests[0]["messages"][-1]["content"] == gold.problem
         assert trace.rewards["tirl_reward"].score == gold.score(reply).reward
         assert trace.metrics["tirl_correct"] == float(gold.score(reply).correct)
+
+
+def test_a_single_turn_arithmetic_prompt_says_how_to_write_the_answer(scripted_server):
+    """Single-turn has no system message: the prompt itself asks for the box the scorer reads
+    (issue 45: "73", "So, the answer is 73." and <answer>73</answer> all scored 0, untold)."""
+    task = next(iter(taskset(source={"source": "arithmetic"}, num_tasks=1)))
+    gold = make_source({"source": "arithmetic"}, "test").item("test", 0)
+    assert task.data.prompt == f"{gold.problem}\n\n{FINAL_ANSWER}"
+    assert FINAL_ANSWER.startswith("Give the final answer") and "\\boxed{}" in FINAL_ANSWER
+    scripted_server.replies = [f"So, the answer is \\boxed{{{gold.answer}}}."]
+    trace = asyncio.run(rollout(scripted_server, task))
+    assert scripted_server.requests[0]["messages"][-1]["content"] == task.data.prompt
+    assert trace.rewards["tirl_reward"].score == 1.0
 
 
 def test_a_multi_turn_rollout_runs_its_code_in_one_tirl_sandbox_session(scripted_server):

@@ -16,6 +16,7 @@ endpoint, the runtime and the client are the caller's (verifiers' defaults are P
 inference and sandboxes: point them elsewhere).
 """
 
+from tirl.integrations.verifiers.env import TirlEnv, TirlEnvConfig
 from tirl.integrations.verifiers.harness import TirlHarness, TirlHarnessConfig
 from tirl.integrations.verifiers.taskset import (
     TirlData,
@@ -26,6 +27,8 @@ from tirl.integrations.verifiers.taskset import (
 
 __all__ = [
     "TirlData",
+    "TirlEnv",
+    "TirlEnvConfig",
     "TirlHarness",
     "TirlHarnessConfig",
     "TirlTaskBehaviour",

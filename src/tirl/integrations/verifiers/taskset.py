@@ -6,6 +6,12 @@ verifiers 0.4.0 describes work as a `Taskset` that yields `Task`s: an immutable 
 tirl task source (`tirl.tasks.make_source`: races, arithmetic, a dataset file, ...), in the
 source's own order, so the same `source`, `split` and `seed` give the same tasks as tirl.
 
+The prompt is the task's problem, saying how to write the answer: a problem whose scorer reads
+a `\\boxed{}` (arithmetic, math) and does not say so ends with the sentence tirl's own system
+prompts end with (`FINAL_ANSWER`); RACES and imported reasoning-gym problems state their
+`<answer>` form themselves. A single-turn rollout has no system message, so without it the model
+was never told ("73" and `<answer>73</answer>` both scored 0 on arithmetic).
+
 The reward is exactly tirl's: the model's prose (its assistant messages, without the inside of
 its ```python blocks, as `tirl.rewards.answer.prose_text` reads a trajectory; tool output is in
 other messages and never read) goes to the tirl task's scorer, and `tirl_reward` is the
@@ -28,13 +34,21 @@ from collections.abc import Iterator
 from typing import Any
 
 import verifiers.v1 as vf
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tirl.protocol.segments import Segment, SegmentKind, Trajectory
 from tirl.rewards.answer import prose_text
 from tirl.tasks.base import SPLITS, Score
 from tirl.tasks.base import Task as TirlTask
+from tirl.tasks.prompts import DEFAULT_SYSTEM_PROMPTS
 from tirl.tasks.registry import make_source
+
+# The sentence tirl's system prompts end with, on the answer's form, in their own words.
+_SYSTEM = DEFAULT_SYSTEM_PROMPTS["cir_fences"].format(stop="")
+FINAL_ANSWER = _SYSTEM[_SYSTEM.index("Give the final answer") :]
+# Scoring kinds (a task's meta["scoring"]) whose scorer reads a `\\boxed{}` the problem does not
+# ask for; the others' problems state their form (RACES, reasoning-gym) or are not tirl's.
+UNSTATED_FORM = ("integer", "math")
 
 
 @functools.lru_cache(maxsize=32)
@@ -47,6 +61,13 @@ def _source(entry_json: str, seed: int):
 def tirl_task(entry: dict[str, Any], seed: int, split: str, index: int) -> TirlTask:
     """The tirl task a row names."""
     return _source(json.dumps(entry, sort_keys=True), seed).item(split, index)
+
+
+def task_prompt(task: TirlTask) -> str:
+    """The prompt a row carries: the problem, with the answer's form when it does not say it."""
+    if task.meta.get("scoring") in UNSTATED_FORM:
+        return f"{task.problem.rstrip()}\n\n{FINAL_ANSWER}"
+    return task.problem
 
 
 def prose_of(replies: list[str]) -> str:
@@ -106,16 +127,23 @@ class TirlTasksetConfig(vf.TasksetConfig):
     """At most this many tasks; None: the whole split, or an endless stream for a generator
     (a run then bounds it with -n, as for any infinite verifiers taskset)."""
 
+    @model_validator(mode="after")
+    def _source_builds(self) -> TirlTasksetConfig:
+        """A bad source or split is a config error (verifiers' CLI prints it in its error box,
+        tirl's one line inside), not a traceback when the run starts."""
+        if self.split not in SPLITS:
+            raise ValueError(
+                f"taskset.split: must be one of {', '.join(SPLITS)}, got {self.split!r}"
+            )
+        _source(json.dumps(self.source, sort_keys=True), self.seed)  # ConfigError: a ValueError
+        return self
+
 
 class TirlTaskset(vf.Taskset[TirlTaskBehaviour, TirlTasksetConfig]):
     """The tasks of one split of a tirl task source (see the module doc)."""
 
     def __init__(self, config: TirlTasksetConfig) -> None:
         super().__init__(config)
-        if config.split not in SPLITS:
-            raise ValueError(
-                f"taskset.split: must be one of {', '.join(SPLITS)}, got {config.split!r}"
-            )
         self.source = _source(json.dumps(config.source, sort_keys=True), config.seed)
         size = self.source.size(config.split)
         # An unbounded generator without a cap is an infinite taskset (docs/v1/tasksets.md).
@@ -131,7 +159,7 @@ class TirlTaskset(vf.Taskset[TirlTaskBehaviour, TirlTasksetConfig]):
             data = TirlData(
                 id=task.id,
                 name=task.id,
-                prompt=task.problem,
+                prompt=task_prompt(task),
                 source=self.config.source,
                 seed=self.config.seed,
                 split=self.config.split,
