@@ -325,6 +325,24 @@ def test_run_agents_returns_one_rewarded_trajectory_per_run(chat_model, chat_tok
 
     trajs, gateway = asyncio.run(main())
     assert len(trajs) == 4 and not gateway.sessions
-    assert [t.meta["task_index"] for t in trajs] == [0, 0, 1, 1]
+    assert [t.meta["task"] for t in trajs] == [0, 0, 1, 1]
     assert all(t.finish_reason != "error" and t.meta["reward"] == 0.0 for t in trajs)
     assert len({t.meta["session"] for t in trajs}) == 4
+
+
+def test_the_example_agent_runs_through_the_gateway(chat_model, chat_tokenizer):
+    example = Path(__file__).parents[1] / "examples" / "gateway" / "agent.py"
+
+    async def main():
+        async with serving(chat_model, chat_tokenizer, temperature=1.0) as gateway:
+            return await run_agents(
+                gateway,
+                [sys.executable, str(example)],
+                ["What is 3 + 4?"],
+                score=lambda traj, task: float("7" in traj.model_text),
+                env={"AGENT_MAX_TOKENS": "16"},
+            )
+
+    (traj,) = asyncio.run(main())
+    assert traj.finish_reason != "error", traj.meta.get("error")
+    assert traj.meta["reward"] in (0.0, 1.0) and traj.num_model_tokens > 0

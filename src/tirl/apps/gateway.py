@@ -317,21 +317,25 @@ async def run_agents(
     concurrency: int = 8,
     timeout_s: float = 120.0,
     score: Callable[[Trajectory, Any], float | None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> list[Trajectory]:
     """Run `command` (an agent program) once per task x `group_size`, each against a session
     of its own on the serving `gateway`, at most `concurrency` at once; returns the
-    trajectories in task order, each with `meta["reward"]`: the reward the program posted,
+    trajectories in task order, each with `meta["task"]` (the task's index, what RL groups
+    by) and `meta["reward"]`: the reward the program posted,
     else `score(traj, task)` (None: the program must post one). A task is anything with a
     `problem` attribute (a `tirl.tasks.Task`) or a string. A run that fails (the program
     exits non-zero or times out, or its session is refused or posts no reward) is a
-    trajectory with finish_reason "error" and `meta["error"]`, counted, never dropped."""
+    trajectory with finish_reason "error" and `meta["error"]`, counted, never dropped.
+    `env`: more variables for the program (its settings)."""
     limit = asyncio.Semaphore(concurrency)
 
     async def one(task: Any, index: int) -> Trajectory:
         async with limit:
             prompt = task if isinstance(task, str) else task.problem
-            session = gateway.open_session(task, {"task_index": index})
-            error = await _run_program(command, agent_env(session, prompt), timeout_s)
+            session = gateway.open_session(task, {"task": index})
+            variables = {**agent_env(session, prompt), **(env or {})}
+            error = await _run_program(command, variables, timeout_s)
             gateway.end_session(session.id)
             while session.in_flight:  # a call the program left behind finishes or is cut
                 await asyncio.sleep(0.01)
@@ -383,6 +387,6 @@ def _failed(
 ) -> Trajectory:
     traj = traj or Trajectory(meta={"session": session.id})
     traj.finish_reason = "error"
-    traj.meta.update(error=error, task_index=index)
+    traj.meta.update(error=error, task=index)
     print(f"tirl gateway: session {session.id}: {error}", file=sys.stderr, flush=True)
     return traj
