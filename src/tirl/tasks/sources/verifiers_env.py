@@ -73,7 +73,12 @@ def _refusal(vf, taskset, task) -> str | None:
     """Why this source cannot serve `task` (see the module doc), or None."""
     from verifiers.v1.utils.loaders import environment_class
 
-    if environment_class(taskset.config.id) is not vf.SingleAgentEnv:
+    env = environment_class(taskset.config.id)
+    hooks = ("run", "setup", "finalize", "start", "stop")
+    # An Env that only changes the seat's defaults (tirl-verifiers' TirlEnv) plays as the plain one.
+    if not issubclass(env, vf.SingleAgentEnv) or any(
+        getattr(env, hook) is not getattr(vf.SingleAgentEnv, hook) for hook in hooks
+    ):
         return "its taskset brings its own Env (multi-agent control flow)"
     if task.NEEDS_CONTAINER:
         return "its tasks need a container"
