@@ -359,8 +359,42 @@ def test_a_client_that_drops_mid_step_frees_its_slot_at_once_in_one_log_line():
         after = srv.descendants()
     assert waited < 10, f"the slot was held {waited:.1f} s: the cell ran on for nobody"
     assert during - after  # the dropped episode's session process is gone
-    lines = srv.stderr.strip().splitlines()
+    lines = [x for x in srv.stderr.strip().splitlines() if "refused a session" not in x]
     assert len(lines) == 1 and "went away mid-step" in lines[0], srv.stderr[-3000:]
+
+
+def test_at_capacity_each_side_says_one_line_and_a_freed_slot_is_taken_at_once():
+    """Issue 45: a client refused at capacity raised a bare `ConnectionClosedOK received 1000
+    (OK)`. Now it raises the server's reason in one line, the server logs one line, and the
+    same client gets in as soon as the slot is free."""
+
+    async def two_clients(server) -> tuple[str, str]:
+        first, second = client(server), client(server)
+        await first.connect()
+        await first.reset(seed=0)
+        await second.connect()
+        with pytest.raises(RuntimeError) as refused:
+            await second.reset(seed=1)
+        await first.close()
+        for _ in range(50):  # the server destroys the first session once its socket closes
+            try:
+                result = await second.reset(seed=1)
+                break
+            except RuntimeError as e:
+                assert "at capacity" in str(e), e
+                await asyncio.sleep(0.1)
+        await second.close()
+        return str(refused.value), result.observation.task_id
+
+    with openenv_server({"source": "arithmetic"}, "max_sessions=1") as srv:
+        refused, task_id = run(two_clients(srv))
+    assert refused == (
+        "Server error: the server is at capacity: 1 of 1 sessions open (its max_sessions"
+        " setting); try again when one closes (code: CAPACITY_REACHED)"
+    )
+    assert task_id == "arithmetic/train/1"
+    lines = [x for x in srv.stderr.strip().splitlines() if "refused a session" in x]
+    assert lines and all(x.endswith("try again when one closes") for x in lines), srv.stderr
 
 
 # ------------------------------------------------------------------------------ bad requests
@@ -402,8 +436,8 @@ def test_bad_requests_get_a_clear_error_and_the_server_goes_on(arithmetic_server
         "split must be one of train, test, got 'validation'",
         "unknown parameter 'colour'",
         "is over; call reset",
-        "Invalid message",
-        "Invalid message",
+        "Invalid message: message: Field required; text: Extra inputs are not permitted",
+        "Invalid message: message: Input should be a valid string",
     ]
     for error, text in zip(errors, expected, strict=True):
         assert text in error and "\n" not in error, error

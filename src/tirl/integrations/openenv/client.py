@@ -8,21 +8,48 @@
 
 Each client is one WebSocket session on the server: its own episode and sandbox session.
 `.sync()` gives OpenEnv's synchronous wrapper. Errors the server reports (a step before reset,
-a malformed message) raise RuntimeError("Server error: ...") as in every OpenEnv client.
+a malformed message, naming its fields) raise RuntimeError("Server error: ...") as in every
+OpenEnv client. A server at capacity answers a new connection with its error and closes it;
+OpenEnv's client then fails on its next send with a bare `ConnectionClosedOK received 1000
+(OK)`. Here the error the server sent is read back and raised as the same one line
+("Server error: the server is at capacity: ... (code: CAPACITY_REACHED)"), the closed
+connection is dropped, and the next call connects afresh.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 from openenv.core import EnvClient
 from openenv.core.client_types import StepResult
+from websockets.exceptions import ConnectionClosed
 
 from tirl.integrations.openenv.env import TirlAction, TirlObservation, TirlState
 
 
 class TirlEnvClient(EnvClient[TirlAction, TirlObservation, TirlState]):
     """Typed client: actions are `TirlAction`s, results carry `TirlObservation`s."""
+
+    async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await super()._send_and_receive(message)
+        except ConnectionClosed as e:
+            ws, self._ws = self._ws, None  # closed: the next call connects afresh
+            reason = f"the server closed the connection ({e})"
+            try:  # what the server said before it closed (its capacity error)
+                reply = json.loads(await asyncio.wait_for(ws.recv(), timeout=1.0))
+                if reply.get("type") == "error":
+                    data = reply.get("data", {})
+                    reason = f"{data.get('message')} (code: {data.get('code', 'UNKNOWN')})"
+            except (ConnectionClosed, asyncio.TimeoutError, ValueError, AttributeError):
+                pass
+            raise RuntimeError(f"Server error: {reason}") from None
+        except RuntimeError as e:
+            if "(code: CAPACITY_REACHED)" in str(e):
+                self._ws = None  # the server closes a refused connection: start afresh
+            raise
 
     def _step_payload(self, action: TirlAction | str) -> dict[str, Any]:
         if isinstance(action, str):

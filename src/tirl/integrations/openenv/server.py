@@ -122,15 +122,50 @@ class WatchClient:
                 inbox.put_nowait(message)  # every later receive sees it too
             return message
 
+        async def send_plainly(message) -> None:
+            if message["type"] == "websocket.send" and (message.get("text") or "").startswith(
+                '{"type":"error"'
+            ):
+                message = {**message, "text": plain_error(message["text"])}
+            await send(message)
+
         token = CLIENT_GONE.set(gone)
         reader = asyncio.ensure_future(read_client())
         try:
-            await self.app(scope, next_message, send)
+            await self.app(scope, next_message, send_plainly)
         except closed_socket:
             pass  # the client went; its session is already destroyed (OpenEnv's `finally`)
         finally:
             reader.cancel()
             CLIENT_GONE.reset(token)
+
+
+def plain_error(text: str) -> str:
+    """OpenEnv's error reply `text`, its message made one clear line for the client, and the
+    same line on the server's stderr for a refused session or an invalid message: a session
+    refused at capacity says how many are open and which setting bounds them (the connection
+    closes at once, holding no slot), and OpenEnv's "Invalid message" names each bad field."""
+    reply = json.loads(text)
+    data = reply.get("data", {})
+    code = data.get("code")
+    if code == "CAPACITY_REACHED":
+        data["message"] = (
+            f"the server is at capacity: {data.get('active_sessions')} of"
+            f" {data.get('max_sessions')} sessions open (its max_sessions setting); try again"
+            " when one closes"
+        )
+        print(f"tirl openenv: refused a session: {data['message']}", file=sys.stderr, flush=True)
+    elif code == "VALIDATION_ERROR":
+        fields = "; ".join(
+            f"{'.'.join(str(part) for part in error.get('loc', ())) or 'message'}:"
+            f" {error.get('msg', 'invalid')}"
+            for error in data.get("errors", [])
+        )
+        data["message"] = f"Invalid message: {fields or 'not what the server takes'}"
+        print(f"tirl openenv: {data['message']}", file=sys.stderr, flush=True)
+    else:
+        return text
+    return json.dumps(reply)
 
 
 def serve(
