@@ -23,8 +23,8 @@ class ProtocolConfig:
 
     name: str = setting(
         "cir_fences",
-        doc="a registered protocol: cir_fences (markdown fences) or agentmath_tags"
-        " (<code>/<interpreter>)",
+        doc="a registered protocol: cir_fences (markdown fences), agentmath_tags"
+        " (<code>/<interpreter>) or hermes_tools (tools as functions, <tool_call> JSON)",
         check=_protocol_problem,
     )
     boundary: Literal["exact_match", "stop_token"] = setting(
