@@ -172,10 +172,8 @@ def test_races_format_is_any_registered_protocol_and_refuses_others_in_one_line(
     capsys.readouterr()  # the first run's progress bar
     assert main(["synth", "races", "--out", str(tmp_path / "x"), "--format", "nope"]) == 2
     err = capsys.readouterr().err
-    assert (
-        err
-        == "tirl: error: --format nope: must name a registered protocol (agentmath_tags, cir_fences)\n"
-    )
+    registered = "agentmath_tags, cir_fences, hermes_tools"
+    assert err == f"tirl: error: --format nope: must name a registered protocol ({registered})\n"
     assert not (tmp_path / "x").exists()
 
 
