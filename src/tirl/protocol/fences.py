@@ -31,7 +31,11 @@ How another tool's block is written follows from the protocol's `shape` and a sh
 tool declares for that shape (`tool_markers`): markdown fences write the block for word `w` as
 ```` ```w\\n ... \\n``` ```` (the shell tool's ```` ```bash ````), tags as `<w>\\n ... \\n</w>`
 (`<bash>`). So a new protocol of either shape writes every tool's block without a tool being
-edited. A protocol of neither shape (`shape` None) has only its own Python block.
+edited. A protocol of neither shape (`shape` None) has only its own Python block. A call
+protocol (`Shape.CALLS`, `tirl.protocol.calls`: `hermes_tools`) has one block for every tool,
+holding a JSON call that names the tool; it overrides the few hooks here that say which tool a
+block is for (`closed_call`, `call_error`) and how its answer is written for a tokenizer
+(`for_tokenizer`, `encode_output`), which for fences and tags are as they always were.
 
 Only detection and rendering live here; driving a model and a sandbox is `tirl.rollout`.
 Not covered: markers written with other spacing than the protocol's (a block opened with
@@ -229,7 +233,7 @@ class Protocol:
         """The tool segment's ids for `output`: `render_output(output)` tokenized on its own,
         the output's special-token spellings kept as text (`tirl.protocol.tokens`). A special
         token spelt in the protocol's own markers (a chat template's turn end) is that token."""
-        text = self.render_output(output)  # its head (the output block's opening), then ...
+        text = self.render_output(output)  # head + output + output_close
         head = text[: len(text) - len(self.output_close) - len(output)]
         return encode_wrapped(tokenizer, head, output, self.output_close)
 
