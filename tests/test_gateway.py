@@ -9,8 +9,8 @@ one dropped separator token, in the recorded ids or through a template that rend
 turn without its newline, refuses the session naming the call and the token position; the
 reward endpoint; bad requests (an unknown session, bad JSON, a bad reward, n > 1) get one
 4xx each and never disturb another session; `run_agents` returns one rewarded trajectory per
-run. Not covered: training on them (`tirl train` wiring), streaming's recording (the same
-`_choice` path as the plain answer).
+run; overlapping calls refuse a session and a streamed call is recorded. Not covered: training
+on them (`tirl train` wiring; examples/gateway/train_digits.py trains through the gateway).
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def test_splice_reuses_the_sampled_end_of_turn_and_reports_a_different_one():
     assert splice_prompt(None, "anything", encode, eos, "<E>").ids is None
 
 
-def test_a_branching_or_overlapping_session_is_refused():
+def test_a_branching_session_is_refused():
     decode = lambda ids: "".join(map(str, ids))  # noqa: E731
     a = RecordedCall([1, 2], [3], [-0.5], "length")
     again = RecordedCall([1, 2], [4], [-0.5], "length")  # a new conversation, same prompt
@@ -346,3 +346,29 @@ def test_the_example_agent_runs_through_the_gateway(chat_model, chat_tokenizer):
     (traj,) = asyncio.run(main())
     assert traj.finish_reason != "error", traj.meta.get("error")
     assert traj.meta["reward"] in (0.0, 1.0) and traj.num_model_tokens > 0
+
+
+def test_overlapping_calls_refuse_the_session_and_a_streamed_call_is_recorded(
+    chat_model, chat_tokenizer
+):
+    chat = {"messages": [{"role": "user", "content": "What is 6 * 7?"}], "max_tokens": 6}
+
+    async def main():
+        async with serving(chat_model, chat_tokenizer) as gateway:
+            one, two = gateway.open_session(), gateway.open_session()
+            async with aiohttp.ClientSession(trust_env=False) as http:
+
+                async def call(session, **extra):
+                    url = f"{session.base_url}/chat/completions"
+                    async with http.post(url, json={**chat, **extra}) as r:
+                        assert r.status == 200
+                        return await r.read()
+
+                await asyncio.gather(call(one), call(one))  # two in flight at once
+                await call(two, stream=True)
+            with pytest.raises(SessionRefused, match="one call at a time"):
+                gateway.collect(one.id)
+            return gateway.collect(two.id)
+
+    streamed = asyncio.run(main())
+    assert streamed.meta["gateway_calls"] == 1 and streamed.num_model_tokens > 0
