@@ -20,11 +20,14 @@ import contextlib
 import copy
 import dataclasses
 import json
+import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import aiohttp
 import pytest
+from tiny_run import RL_STEPS, offline_env, train_cmd
 
 from tirl.apps.gateway import Gateway, agent_env, run_agents
 from tirl.backends.hf import HFEngine
@@ -83,7 +86,7 @@ async def serving(model, tokenizer, **kwargs):
 
 async def run_agent(session, extra_env: dict | None = None) -> str:
     env = agent_env(session, "What is 6 * 7?")
-    env.update(extra_env or {})
+    env.update({"AGENT_EXPECT": "", **(extra_env or {})})  # it posts a reward (0: no answer)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         str(AGENT),
@@ -321,6 +324,7 @@ def test_run_agents_returns_one_rewarded_trajectory_per_run(chat_model, chat_tok
                 ["What is 1 + 1?", "What is 2 + 2?"],
                 group_size=2,
                 concurrency=4,
+                env={"AGENT_EXPECT": ""},  # each run posts its reward
             ), gateway
 
     trajs, gateway = asyncio.run(main())
@@ -372,3 +376,51 @@ def test_overlapping_calls_refuse_the_session_and_a_streamed_call_is_recorded(
 
     streamed = asyncio.run(main())
     assert streamed.meta["gateway_calls"] == 1 and streamed.num_model_tokens > 0
+
+
+# ---------------------------------------------------------------- tirl train through an agent
+
+
+def test_tirl_train_samples_rl_through_an_unmodified_agent_program(tmp_path):
+    """`rollout.agent.command`: RL's trajectories are the agent program's calls through the
+    gateway (every RL trajectory is one run of the program, which logs it), trained on and
+    checkpointed like tirl's own; evaluation still samples with tirl's rollout."""
+    log = tmp_path / "agent.jsonl"
+    cmd = train_cmd(
+        tmp_path,
+        "agent",
+        "prompt.chat=true",
+        "model.max_positions=1024",  # the chat template's system turn is long in a tiny BPE
+        "rl.adaptive_batch=false",
+        f"rollout.agent.command=[{sys.executable}, {AGENT}]",
+    )
+    done = subprocess.run(
+        cmd, env={**offline_env(), "AGENT_LOG": str(log)}, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(runs) == RL_STEPS * 2 * 2  # steps x prompts x group members, one run each
+    counts = Counter(r["task"] for r in runs)  # each task's question, once per group member
+    assert len(counts) == RL_STEPS * 2 and set(counts.values()) == {2}
+    records = [json.loads(line) for line in (tmp_path / "agent" / "metrics.jsonl").open()]
+    rl = [r for r in records if r["phase"] == "rl"]
+    assert [r["step"] for r in rl] == list(range(RL_STEPS))
+    assert all(r["batch/trajectories_sampled"] == 4 and r["train/updated"] == 1 for r in rl)
+
+
+@pytest.mark.parametrize(
+    "extra,expected",
+    [
+        (["variants=[code, text]"], "set variants: [code]"),
+        (["rl.segment_tokens=8"], "partial rollouts"),
+        (["rollout.agent.command=[python, '']"], "non-empty strings"),
+    ],
+)
+def test_an_agent_setting_that_cannot_run_is_one_line(tmp_path, extra, expected):
+    cmd = train_cmd(tmp_path, "bad", "rollout.agent.command=[python, agent.py]", *extra)
+    done = subprocess.run(cmd, env=offline_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("tirl: error: ") and "rollout.agent.command: " in line
+    assert expected in line

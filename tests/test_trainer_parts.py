@@ -146,6 +146,16 @@ def test_the_feeds_rewards_take_the_overlong_penalty_of_the_limit_they_were_samp
     assert feed.rewards_of(trajs, max_tokens=longest).min() < 1.0
 
 
+def test_a_reward_an_agent_program_posted_counts_over_the_configured_one():
+    """`rollout.agent` (tirl.apps.agents): a program may post its own reward to the gateway."""
+    trajs = synthetic_batch(groups=1, group_size=2)
+    trajs[0].meta["posted_reward"] = 0.25
+    feed = RolloutFeed(None, lambda i: ARITHMETIC.item("train", i), RLConfig())
+    feed.reward_fn = lambda t: -1.0
+    feed.score(trajs, max_tokens=100, policy_version=0)
+    assert [t.meta["reward"] for t in trajs] == [0.25, -1.0]
+
+
 # ---------------------------------------------------------------------------- the learner
 
 

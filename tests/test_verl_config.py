@@ -144,6 +144,8 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("prompt.chat", True, []),
     ("prompt.system", "Be brief.", []),
     ("rollout.engine_options", {"kv_cache": "padded"}, []),
+    ("rollout.agent.timeout_s", 30.0, []),
+    ("rollout.agent.concurrency", 2, []),
     ("model.name_or_path", "org/other", []),
     ("model.arch", "gpt2", []),
     ("model.hidden_size", 64, []),
@@ -250,6 +252,7 @@ NOT_PERTURBED = {
     "rl.policy_loss_params": "refused when set",
     "rollout.engine": "only hf trains without an engine installed (vllm), openai cannot train",
     "rollout.urls": "read only by engines that are clients, which cannot train",
+    "rollout.agent.command": "refused when set",
     "sandbox.options": "no built-in transport takes options",
 }
 
@@ -371,6 +374,7 @@ REFUSALS = [
     ("device", ["device=mps"]),
     ("rl.curriculum.enabled", [CURRICULUM_ON, "rl.adaptive_batch=true"]),
     ("rl.curriculum.enabled", [CURRICULUM_ON, "rl.segment_tokens=16"]),
+    ("rollout.agent.command", ["rollout.agent.command=[python, agent.py]"]),
 ]
 
 

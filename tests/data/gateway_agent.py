@@ -4,8 +4,9 @@ SDK always does, so pointing it at tirl's training gateway changes nothing in it
 
 Each turn it asks the model, runs the first ```python block of the reply (if any) in a fresh
 interpreter, and sends the output back as a user message. AGENT_TURNS and AGENT_MAX_TOKENS
-size the loop. If TIRL_REWARD_URL is set it posts a reward: 1.0 if its last reply holds a
-\\boxed{} answer equal to AGENT_EXPECT, else 0.0.
+size the loop. If TIRL_REWARD_URL and AGENT_EXPECT are set it posts a reward: 1.0 if its last
+reply holds a \\boxed{} answer equal to AGENT_EXPECT, else 0.0. With AGENT_LOG set it appends
+one line per run to that file: the task it was given and its turns.
 """
 
 import json
@@ -46,8 +47,12 @@ for turn in range(turns):
             output = "timed out"
     messages.append({"role": "user", "content": "```output\n" + output + "\n```"})
 
+log = os.environ.get("AGENT_LOG")
+if log:
+    with open(log, "a") as f:
+        f.write(json.dumps({"task": messages[1]["content"], "turns": turn + 1}) + "\n")
 reward_url = os.environ.get("TIRL_REWARD_URL")
-if reward_url:
+if reward_url and "AGENT_EXPECT" in os.environ:
     boxed = re.findall(r"\\boxed\{([^}]*)\}", text)
     reward = float(bool(boxed) and boxed[-1].strip() == os.environ.get("AGENT_EXPECT", ""))
     body = json.dumps({"reward": reward}).encode()

@@ -28,10 +28,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from tirl.train.run_folder import check_run_folder
 
     check_run_folder(cfg.out_dir, cfg.name, resume=args.resume)
+    from tirl.apps.agents import agent_rollout
     from tirl.apps.evaluation import evaluation
     from tirl.train.pipeline import run_training
 
-    run_dir, results = run_training(cfg, evaluation(), resume=args.resume)
+    run_dir, results = run_training(cfg, evaluation(), resume=args.resume, agents=agent_rollout)
     print(f"\nrun folder: {run_dir}\nreport:     {run_dir / 'report.html'}  (and report.md)")
     print(f"wall time:  {results['wall_s']:.0f} s")
     return 0

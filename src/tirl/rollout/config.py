@@ -1,5 +1,5 @@
-"""The `rollout:` section of a run config: which engine samples, and how many trajectories run at
-once."""
+"""The `rollout:` section of a run config: which engine samples, how many trajectories run at
+once, and an agent program that RL samples through instead of tirl's own rollout."""
 
 from __future__ import annotations
 
@@ -13,6 +13,21 @@ def _engine_problem(name: str) -> str | None:
     from tirl.rollout.engines import ENGINES
 
     return ENGINES.problem(name)
+
+
+@dataclass
+class AgentConfig:
+    """An agent program RL trains through the gateway (`tirl.apps.gateway`, docs/gateway.md):
+    run once per trajectory with the `openai` SDK pointed at a session of its own."""
+
+    command: list[str] = setting(
+        factory=list,
+        doc="the program and its arguments, e.g. [python, agent.py]: it reads the task from"
+        " TIRL_TASK_PROMPT and talks to OPENAI_BASE_URL; its calls are RL's trajectories."
+        " Empty: RL samples with tirl's own rollout",
+    )
+    timeout_s: float = setting(120.0, "> 0", "one run of the program, at most (then killed)")
+    concurrency: int = setting(8, ">= 1", "runs of the program at once")
 
 
 @dataclass
@@ -45,4 +60,7 @@ class RolloutConfig:
         "trajectories running at once (each holds its sandbox session from its first code"
         " block to its end); 0 = all of a batch at once. The quickstart uses 256: its 800"
         " avg@4 samples otherwise held ~800 sessions (GBs of memory) for a 128-row engine",
+    )
+    agent: AgentConfig = setting(
+        factory=AgentConfig, doc="an agent program RL samples through (the training gateway)"
     )

@@ -138,7 +138,8 @@ class PromptConfig:
     chat: bool | None = setting(
         None,
         doc="wrap the problem in the tokenizer's chat template; null = when the tokenizer has"
-        " one (the tiny model has none: plain 'Problem: ... Solution:' text)",
+        " one (the tiny model's has one only with true: Qwen2.5's turns; else plain 'Problem:"
+        " ... Solution:' text)",
     )
     system: str | None = setting(
         None, doc="system message of the chat template (with chat); null = the protocol's own"
@@ -261,13 +262,8 @@ class RunConfig:
                 " that receives the trained weights (hf, vllm)",
                 "model.lora.rank",
             )
-        if self.prompt.chat and not self.model.name_or_path:
-            raise ConfigError(
-                "prompt.chat: true needs a model whose tokenizer has a chat template"
-                " (model.name_or_path); the tiny model made from scratch has none",
-                "prompt.chat",
-            )
         self.check_engine()
+        self.check_agent()
         self.check_data()
 
     def _engine_kind(self):
@@ -306,6 +302,29 @@ class RunConfig:
         problem = kind.check(self.rollout.engine_options, self.device) if kind.check else None
         if problem:
             raise ConfigError(f"rollout.engine {engine}: {problem}", "rollout.engine")
+
+    def check_agent(self) -> None:
+        """`rollout.agent`: the program samples RL's trajectories whole, with its own tools."""
+        agent = self.rollout.agent
+        if not agent.command:
+            return
+        where = "rollout.agent.command"
+        if any(not isinstance(part, str) or not part for part in agent.command):
+            raise ConfigError(
+                f"{where}: a list of non-empty strings, e.g. [python, agent.py]", where
+            )
+        if self.rl.segment_tokens or self.rl.segment_tool_calls:
+            raise ConfigError(
+                f"{where}: an agent program's runs cannot be cut into partial rollouts"
+                " (rl.segment_tokens, rl.segment_tool_calls)",
+                where,
+            )
+        if self.variants != ["code"]:
+            raise ConfigError(
+                f"{where}: the program runs its own tools, so there is no text-only variant to"
+                f" train beside it; set variants: [code] (got {self.variants})",
+                where,
+            )
 
     def check_data(self) -> None:
         """Build every task source now (an unknown source, a bad key, a weight <= 0 or a file

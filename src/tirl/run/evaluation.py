@@ -26,3 +26,9 @@ class Evaluation:
     first_failure: Callable[[list[Trajectory]], str]
     write_report: Callable[..., Any]
     summary_table: Callable[[dict, Path], str]
+
+
+# RL's sampler for `rollout.agent`, handed in like `Evaluation` (`tirl.apps.agents.agent_rollout`):
+# (tirl's own Rollout, the task at position i, the run config) -> an object with Rollout's
+# `run_many` and `engine`.
+AgentRollouts = Callable[[Any, Callable[[int], Any], Any], Any]

@@ -223,7 +223,8 @@ class RolloutFeed:
 
     def score(self, trajs: list[Trajectory], max_tokens: int, policy_version: int) -> None:
         """Correctness and, for those that did not fail, `meta["reward"]`: computed once, as a
-        trajectory finishes, under the limit it was sampled with. The batch rule and the
+        trajectory finishes, under the limit it was sampled with (or the reward an agent
+        program posted to the gateway, `meta["posted_reward"]`). The batch rule and the
         update then read the same number, even when a group waits for a later step whose
         limit (and so overlong penalty) differs."""
         for traj in trajs:
@@ -232,7 +233,8 @@ class RolloutFeed:
         ok = [t for t in trajs if t.finish_reason not in FAILED]
         if ok:
             for traj, reward in zip(ok, self.rewards_of(ok, max_tokens).tolist()):
-                traj.meta["reward"] = reward
+                # an agent program's own reward, posted to the gateway (tirl.apps.agents)
+                traj.meta["reward"] = traj.meta.get("posted_reward", reward)
 
     def rewards_of(self, trajs: list[Trajectory], max_tokens: int) -> torch.Tensor:
         """[B] rewards of scored trajectories sampled under the model-token limit `max_tokens`."""

@@ -88,7 +88,7 @@ from tirl.rollout.runner import Rollout, RolloutSettings
 from tirl.run import build
 from tirl.run.build import eval_sets, run_protocol
 from tirl.run.config import RunConfig
-from tirl.run.evaluation import Evaluation
+from tirl.run.evaluation import AgentRollouts, Evaluation
 from tirl.sandbox import SandboxClient
 from tirl.tasks import Mixture, Task
 from tirl.tasks.base import Code
@@ -125,7 +125,7 @@ def seed_everything(seed: int) -> None:
 def make_tokenizer(cfg: RunConfig, mixture: Mixture, protocol: Protocol):
     """Train the BPE tokenizer on prompts and both demonstration styles of train items (see
     `TOKENIZER_CORPUS_START`), each source by its weight. A source without a demonstrator gives
-    its prompt and reference answer."""
+    its prompt and reference answer. With `prompt.chat`, a chat tokenizer (`train_tokenizer`)."""
     n = cfg.model.tokenizer_corpus_items
     texts = []
     for source, weight in zip(mixture.sources, mixture.weights):
@@ -142,7 +142,11 @@ def make_tokenizer(cfg: RunConfig, mixture: Mixture, protocol: Protocol):
                 texts.append(
                     prompt + "".join(t for _, t in demo_segment_texts(protocol, parts, outputs))
                 )
-    return train_tokenizer(texts, vocab_size=cfg.model.vocab_size)
+    # prompt.chat: the tiny tokenizer carries a chat template (Qwen2.5's turns), so chat
+    # prompts and an agent program's chat calls (rollout.agent) work with it too
+    return train_tokenizer(
+        texts, vocab_size=cfg.model.vocab_size, chat_template=cfg.prompt.chat is True
+    )
 
 
 def first_rl_position(cfg: RunConfig, mixture: Mixture, stages: list[Mixture]) -> int:
@@ -226,12 +230,22 @@ class Pipeline:
         resume: bool = False,
         dist: DistContext | None = None,
         own_files: bool = False,
+        agents: AgentRollouts | None = None,
     ) -> None:
         """`own_files`: this pipeline runs one variant beside others (`parallel_variants`), and
-        logs to `<variant>/metrics.jsonl` and `<variant>/eval_progress.json`."""
+        logs to `<variant>/metrics.jsonl` and `<variant>/eval_progress.json`. `agents`: RL's
+        rollout when `rollout.agent.command` is set (`tirl.apps.agents.agent_rollout`: an
+        agent program through the training gateway), made from tirl's own rollout, the task
+        stream and the config."""
         self.cfg = cfg
         self.run_dir = run_dir
         self.evaluation = evaluation
+        self.agents = agents
+        if cfg.rollout.agent.command and agents is None:
+            raise ConfigError(
+                "rollout.agent.command: this caller cannot run an agent program (tirl train can)",
+                "rollout.agent.command",
+            )
         self.resume = resume
         self.dist = dist
         self.is_main = dist is None or dist.is_main  # the one process that writes files
@@ -419,8 +433,11 @@ class Pipeline:
         def rl_task(i: int) -> Task:  # prompts SFT never saw
             return self.mixture.item("train", first + i)
 
+        sampler = rollout
+        if cfg.rollout.agent.command:  # the agent program samples, through the gateway
+            sampler = self.agents(rollout, rl_task, cfg)
         feed = RolloutFeed(
-            rollout, rl_task, cfg.rl, prompt_of=self.prompt_ids, seed=cfg.seed, dist=self.dist
+            sampler, rl_task, cfg.rl, prompt_of=self.prompt_ids, seed=cfg.seed, dist=self.dist
         )
         trainer = RLTrainer(
             trained,
@@ -608,13 +625,18 @@ def quiet_transformers(cfg: RunConfig) -> None:
 
 
 def run_training(
-    cfg: RunConfig, evaluation: Evaluation, overwrite: bool = True, resume: bool = False
+    cfg: RunConfig,
+    evaluation: Evaluation,
+    overwrite: bool = True,
+    resume: bool = False,
+    agents: AgentRollouts | None = None,
 ) -> tuple[Path, dict]:
     """Run everything and write the report; returns the run folder and the eval results.
     With `resume`, continue the run in the run folder (see `Pipeline`). A fresh run clears
     only what an earlier run wrote in the folder (`tirl.train.run_folder`); with `overwrite`
     False it refuses a folder that holds a run instead. The folder is locked while the run
-    works in it: a second run or resume on it is refused (ConfigError) naming this one."""
+    works in it: a second run or resume on it is refused (ConfigError) naming this one.
+    `agents`: RL's sampler for `rollout.agent` (`Pipeline`)."""
     quiet_transformers(cfg)
     check_plain_name(cfg.name, "name")
     check_lora_targets(cfg)
@@ -626,11 +648,11 @@ def run_training(
     with run_folder(cfg.out_dir, cfg.name, resume=resume) as run_dir:
         if resume:
             check_same_config(cfg, run_dir)  # again, now that no other run can change it
-        return _run_in(cfg, run_dir, evaluation, resume)
+        return _run_in(cfg, run_dir, evaluation, resume, agents)
 
 
 def _run_in(
-    cfg: RunConfig, run_dir: Path, evaluation: Evaluation, resume: bool
+    cfg: RunConfig, run_dir: Path, evaluation: Evaluation, resume: bool, agents
 ) -> tuple[Path, dict]:
     dist = init_from_env(cfg.device)  # under torchrun: RL is sharded, rank 0 writes files
     if dist is not None and not ENGINES.get_entry(cfg.rollout.engine).under_torchrun:
@@ -643,7 +665,7 @@ def _run_in(
         with replacing(run_dir / "config.yaml") as tmp:
             dump_yaml(cfg, tmp)
     start = time.perf_counter()
-    pipeline = Pipeline(cfg, run_dir, evaluation, resume=resume, dist=dist)
+    pipeline = Pipeline(cfg, run_dir, evaluation, resume=resume, dist=dist, agents=agents)
     if runs_apart(cfg, dist):
         results = run_variants_apart(pipeline)
     else:
@@ -688,7 +710,7 @@ def run_variants_apart(pipeline: Pipeline) -> dict:
     evaluation = dataclasses.replace(pipeline.evaluation, write_report=None, summary_table=None)
     jobs = [
         (dataclasses.replace(cfg, variants=[v]), run_dir, evaluation, pipeline.resume,
-         pipeline.tokenizer)
+         pipeline.tokenizer, pipeline.agents)
         for v in cfg.variants
     ]  # fmt: skip
     outs = run_apart(_run_one_variant, jobs, [f"variant {v}" for v in cfg.variants])
@@ -701,13 +723,13 @@ def run_variants_apart(pipeline: Pipeline) -> dict:
     return results
 
 
-def _run_one_variant(cfg: RunConfig, run_dir: Path, evaluation, resume: bool, tokenizer):
+def _run_one_variant(cfg: RunConfig, run_dir: Path, evaluation, resume: bool, tokenizer, agents):
     """One variant of `run_variants_apart`, in its child process: (results, saved samples)."""
     # tqdm's default lock holds a multiprocessing semaphore, which a spawned child leaves to
     # the parent's resource tracker ("leaked semaphore" at exit); a thread lock is enough here.
     tqdm.set_lock(threading.RLock())
     load_plugins(cfg.plugins)  # a spawned process starts with only the built-in entries
     quiet_transformers(cfg)
-    pipeline = Pipeline(cfg, run_dir, evaluation, resume=resume, own_files=True)
+    pipeline = Pipeline(cfg, run_dir, evaluation, resume=resume, own_files=True, agents=agents)
     results = asyncio.run(pipeline.run(tokenizer))
     return results, [t.to_dict() for t in pipeline.samples]

@@ -128,6 +128,11 @@ def check_expressible(cfg: RunConfig) -> None:
         raise _refusal("variants", f"one verl launch trains one policy; pick one of {cfg.variants}")
     if rl.advantage_params:
         raise _refusal("rl.advantage_params", "verl passes no extra parameters to an estimator")
+    if cfg.rollout.agent.command:
+        raise _refusal(
+            "rollout.agent.command",
+            "verl samples with its own agent loop, not an agent program through tirl's gateway",
+        )
     if cfg.model.lora.rank and cfg.model.lora.dropout:
         raise _refusal("model.lora.dropout", "verl's LoRA has no dropout: set it to 0")
     if rl.advantage in _OUTCOME_ESTIMATORS and rl.gamma != 1.0:

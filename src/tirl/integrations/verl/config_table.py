@@ -150,6 +150,12 @@ MAPPING: dict[str, Row] = {
     "rollout.engine_options": _none(
         "options of tirl's own engines; verl configures the vLLM servers it starts"
     ),
+    "rollout.agent.command": _none(
+        "must be empty: an agent program through tirl's gateway samples in tirl's own trainer;"
+        " under verl, verl's agent loop samples"
+    ),
+    "rollout.agent.timeout_s": _none("tirl's own trainer's agent program"),
+    "rollout.agent.concurrency": _none("tirl's own trainer's agent program"),
     "model.name_or_path": _verl(f"{_AR}.model.path", note="required: verl loads a saved model"),
     "model.arch": _none("shape of the tiny model tirl makes from scratch, never used by verl"),
     "model.hidden_size": _none("shape of the tiny model tirl makes from scratch"),
