@@ -424,3 +424,19 @@ def test_an_agent_setting_that_cannot_run_is_one_line(tmp_path, extra, expected)
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("tirl: error: ") and "rollout.agent.command: " in line
     assert expected in line
+
+
+def test_the_self_grading_example_posts_its_own_reward(chat_model, chat_tokenizer):
+    """examples/gateway/code_agent.py grades itself (did its code run?) and posts the reward,
+    which is what `tirl train` then trains on (docs/gateway.md)."""
+    example = Path(__file__).parents[1] / "examples" / "gateway" / "code_agent.py"
+
+    async def main():
+        async with serving(chat_model, chat_tokenizer, temperature=1.0) as gateway:
+            return await run_agents(
+                gateway, [sys.executable, str(example)], ["What is 3 + 4?"], group_size=2
+            )
+
+    trajs = asyncio.run(main())
+    assert all(t.finish_reason != "error" for t in trajs), [t.meta.get("error") for t in trajs]
+    assert all(t.meta["reward"] == t.meta["posted_reward"] in (0.0, 1.0) for t in trajs)
