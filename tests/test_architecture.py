@@ -40,6 +40,7 @@ BASE = {
     "tirl.files",
     "tirl.cliargs",
     "tirl.httpauth",
+    "tirl.lifetime",
     "tirl.models",
     "tirl.registry",
     "tirl.cpu",

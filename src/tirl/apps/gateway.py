@@ -67,6 +67,7 @@ from tirl.apps.server_requests import (
 )
 from tirl.backends.hf import HFEngine
 from tirl.httpauth import is_loopback
+from tirl.lifetime import dies_with_this_process
 from tirl.protocol.segments import Trajectory
 from tirl.rollout.sessions import RecordedCall, SessionRefused, assemble_trajectory, splice_prompt
 
@@ -365,6 +366,7 @@ async def _run_program(command: Sequence[str], env: dict[str, str], timeout_s: f
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
+        preexec_fn=dies_with_this_process(),  # a trainer killed outright takes it along
     )
     try:
         _, err = await asyncio.wait_for(proc.communicate(), timeout_s)

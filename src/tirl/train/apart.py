@@ -20,41 +20,26 @@ a dying writer.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import multiprocessing
 import os
 import signal
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import DupFd
 from typing import Any
 
 from tirl.files import held_lock_fds
+from tirl.lifetime import die_with
 
 
 class ChildDied(RuntimeError):
     """A child process ended without a result (killed, or out of memory)."""
 
 
-PR_SET_PDEATHSIG = 1  # prctl(2)
-
-
-def _die_with(parent: int) -> None:
-    """Linux: SIGKILL this process when `parent` dies; if it died already, exit now."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        return  # not allowed here: the parent's own clean-up is all there is
-    if os.getppid() != parent:  # it died before the request was made
-        os._exit(1)
-
-
 def _child(
     conn: Connection, parent: int, locks: list, target: Callable[..., Any], args: tuple
 ) -> None:
-    _die_with(parent)
+    die_with(parent)
     for lock in locks:  # held, not closed, until this process ends
         os.set_inheritable(lock.detach(), False)
     try:
