@@ -27,11 +27,12 @@ import tirl.tasks.sources.verifiers_env  # noqa: E402,F401  (registers the `veri
 class ScriptedServer:
     """An OpenAI-compatible chat server on 127.0.0.1 that answers with `replies`, in order
     (the last one repeats), or with `reply(messages)` when that is set (for concurrent
-    rollouts), and records every request body."""
+    rollouts), and records every request body. A reply is the assistant's text, or a whole
+    assistant message (a dict: one with `tool_calls` ends with finish reason "tool_calls")."""
 
     def __init__(self) -> None:
-        self.replies: list[str] = ["..."]
-        self.reply: Callable[[list[dict]], str] | None = None
+        self.replies: list[str | dict] = ["..."]
+        self.reply: Callable[[list[dict]], str | dict] | None = None
         self.requests: list[dict] = []
         server = self
         lock = threading.Lock()
@@ -43,11 +44,14 @@ class ScriptedServer:
                     server.requests.append(body)
                     n = min(len(server.requests), len(server.replies)) - 1
                 text = server.reply(body["messages"]) if server.reply else server.replies[n]
-                message = {"role": "assistant", "content": text}
+                message = {"role": "assistant", **text} if isinstance(text, dict) else {
+                    "role": "assistant", "content": text
+                }  # fmt: skip
+                finish = "tool_calls" if message.get("tool_calls") else "stop"
                 out = json.dumps({
                     "id": f"c{len(server.requests)}", "object": "chat.completion", "created": 0,
                     "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                 }).encode()  # fmt: skip
                 self.send_response(200)

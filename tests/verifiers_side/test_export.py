@@ -5,6 +5,7 @@ verifiers' own Agent against a chat server on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import pytest
@@ -19,6 +20,7 @@ from verifiers.v1.utils.loaders import (
 from tirl.integrations.verifiers import TirlEnv, TirlHarness, TirlTaskset
 from tirl.integrations.verifiers.taskset import FINAL_ANSWER
 from tirl.tasks import make_source
+from tirl.tools import TOOLS
 
 OPERATORS = ("sequential", "parallel", "sort", "select")
 
@@ -195,3 +197,69 @@ def test_the_sandbox_turns_are_bounded_and_a_code_only_answer_does_not_score(scr
     assert len(scripted_server.requests) == 3  # two turns with code, then the last word
     assert "final answer" in scripted_server.requests[-1]["messages"][-1]["content"]
     assert trace.rewards["tirl_reward"].score == 0.0  # the box was printed, never written
+
+
+def call(code: str | None = None, name: str = "python", arguments: str | None = None) -> dict:
+    """A tool call as it comes on the OpenAI wire (the arguments a JSON string)."""
+    arguments = json.dumps({"code": code}) if arguments is None else arguments
+    call.count = getattr(call, "count", 0) + 1
+    return {"id": f"call_{call.count}", "type": "function",
+            "function": {"name": name, "arguments": arguments}}  # fmt: skip
+
+
+def test_native_tool_calls_run_python_in_one_session_and_answer_with_tool_messages(
+    scripted_server,
+):
+    task = next(iter(taskset(source={"source": "arithmetic"}, num_tasks=1)))
+    a, b, m = map(int, re.findall(r"\d+", task.data.prompt))
+    first = [call(f"p = {a} * {b}"), call(f"print(p % {m})")]
+    bad = [call(arguments="{not json"), call("print(1)", name="shell"), call(arguments="[1]")]
+    scripted_server.replies = [
+        {"content": "First the product.", "tool_calls": first},
+        {"content": None, "tool_calls": bad},
+        f"So the answer is \\boxed{{{(a * b) % m}}}.",
+    ]
+    trace = asyncio.run(rollout(scripted_server, task, python=True, tool_calls=True))
+    assert trace.ok, trace.errors
+    requests = scripted_server.requests
+    assert len(requests) == 3
+    assert [r["tools"] for r in requests] == [[TOOLS["python"].function_schema()]] * 3
+    system = requests[0]["messages"][0]
+    assert system["role"] == "system" and "<tool_response>" in system["content"]
+    assert "```python" not in system["content"] and "<tools>" not in system["content"]
+    answers = requests[1]["messages"][-2:]
+    assert answers == [
+        {"role": "tool", "tool_call_id": first[0]["id"], "name": "python", "content": ""},
+        {"role": "tool", "tool_call_id": first[1]["id"], "name": "python",
+         "content": str((a * b) % m)},
+    ]  # fmt: skip
+    assert (
+        requests[1]["messages"][-3]["tool_calls"][0]["function"]["arguments"]
+        == (first[0]["function"]["arguments"])
+    )  # the call goes back as it came
+    errors = [m["content"] for m in requests[2]["messages"][-3:]]
+    assert [m["tool_call_id"] for m in requests[2]["messages"][-3:]] == [c["id"] for c in bad]
+    assert errors[0].startswith("error: the arguments are not JSON")
+    assert errors[1] == "error: unknown function 'shell'; the one function is 'python'"
+    assert errors[2] == "error: the arguments must be a JSON object with a string 'code'"
+    assert trace.rewards["tirl_reward"].score == 1.0
+
+
+def test_native_tool_call_turns_are_bounded_and_the_last_word_has_no_tools(scripted_server):
+    task = next(iter(taskset(source={"source": "arithmetic"}, num_tasks=1)))
+    scripted_server.replies = [{"content": None, "tool_calls": [call("print(1)")]}]
+    trace = asyncio.run(
+        rollout(scripted_server, task, python=True, tool_calls=True, max_tool_turns=2)
+    )
+    requests = scripted_server.requests
+    assert len(requests) == 3  # two turns whose calls ran, then the last word
+    assert [r.get("tool_choice") for r in requests] == [None, None, "none"]
+    assert "final answer" in requests[-1]["messages"][-1]["content"]
+    assert trace.rewards["tirl_reward"].score == 0.0
+
+
+def test_tool_calls_without_python_is_a_config_error():
+    with pytest.raises(ValueError, match="tool_calls: true needs python: true"):
+        vf.harness_config_type("tirl-verifiers").model_validate(
+            {"id": "tirl-verifiers", "tool_calls": True}
+        )

@@ -20,25 +20,37 @@ without code). The sandbox is tirl's local one (forked sessions, limits, isolati
 host allows it; `tirl.sandbox.local`), started on the harness's first use and shared by its
 rollouts.
 
-Not covered: native tool calls (`tools=[...]` in the request); the model writes code fences.
+Native tool calls (`python` and `tool_calls` on): Python is a function the request offers
+(`tools=[...]`, tirl's python tool's `function_schema()`), as verifiers' own chat harnesses offer
+theirs; each of a reply's `tool_calls` runs in the rollout's sandbox session and is answered by a
+`role: tool` message with its `tool_call_id`. A call that cannot run (arguments that are not a
+JSON object, no `code`, another function) is answered with one line saying why, and the rollout
+goes on. The system message is tirl's own for the `hermes_tools` protocol, without the function
+list (the server's chat template lists the `tools`); the last turn, past the budget, is asked
+with `tool_choice: "none"`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import verifiers.v1 as vf
 from openai import AsyncOpenAI
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tirl.protocol import get_protocol
 from tirl.sandbox import SandboxClient, format_result
 from tirl.sandbox.config import SandboxConfig, make_sandbox
 from tirl.sandbox.limits import MATH_PRELOAD
 from tirl.tasks.prompts import default_system_prompt
+from tirl.tools import TOOLS
 
 _PROTOCOL = get_protocol("cir_fences")
+_CALLS = get_protocol("hermes_tools")
+_PYTHON = TOOLS["python"]
+_CODE = _PYTHON.code_arguments[0]  # the argument that carries the code: "code"
 _BLOCKS = re.compile(
     re.escape(_PROTOCOL.code_open) + "(.*?)" + re.escape(_PROTOCOL.code_close), re.DOTALL
 )
@@ -57,6 +69,16 @@ class TirlHarnessConfig(vf.HarnessConfig):
     """Most turns whose code runs (tirl's interaction budget)."""
     cell_timeout_s: float = Field(10.0, gt=0)
     """Wall-clock limit of one code block."""
+    tool_calls: bool = False
+    """With `python`: Python as a function in the request's `tools`, called natively (the
+    server parses the model's calls, e.g. vLLM's `--tool-call-parser hermes`, `tirl serve`);
+    off: ```python blocks in the reply's text."""
+
+    @model_validator(mode="after")
+    def _calls_need_python(self) -> TirlHarnessConfig:
+        if self.tool_calls and not self.python:
+            raise ValueError("tool_calls: true needs python: true (the function is Python)")
+        return self
 
 
 class TirlHarness(vf.Harness[TirlHarnessConfig]):
@@ -96,7 +118,12 @@ class TirlHarness(vf.Harness[TirlHarnessConfig]):
     async def launch(self, ctx, trace, runtime, endpoint, secret, mcp_urls, data, **_):
         system, prompt = self.resolve_prompt(data)
         if self.config.python:
-            system = "\n\n".join(s for s in (default_system_prompt(_PROTOCOL), system) if s)
+            own = (
+                default_system_prompt(_CALLS, list_functions=False)
+                if self.config.tool_calls
+                else default_system_prompt(_PROTOCOL)
+            )
+            system = "\n\n".join(s for s in (own, system) if s)
         messages: list[dict] = [{"role": "system", "content": system}] if system else []
         if isinstance(prompt, str):
             messages.append({"role": "user", "content": prompt})
@@ -106,6 +133,8 @@ class TirlHarness(vf.Harness[TirlHarnessConfig]):
         try:
             if not self.config.python:
                 await self._reply(client, ctx, messages)
+            elif self.config.tool_calls:
+                await self._solve_with_calls(client, ctx, messages)
             else:
                 await self._solve_with_python(client, ctx, messages)
         finally:
@@ -134,3 +163,45 @@ class TirlHarness(vf.Harness[TirlHarnessConfig]):
             await self._reply(client, ctx, messages)
         finally:
             await session.close()
+
+    async def _solve_with_calls(self, client: AsyncOpenAI, ctx, messages: list[dict]) -> None:
+        session = await (await self._sandbox_started()).session()
+        tools = [_PYTHON.function_schema()]
+        try:
+            for _ in range(self.config.max_tool_turns):
+                completion = await client.chat.completions.create(
+                    model=ctx.model, messages=messages, tools=tools
+                )
+                message = completion.choices[0].message
+                messages.append(message.model_dump(exclude_none=True))
+                if not message.tool_calls:
+                    return
+                for call in message.tool_calls:
+                    code, problem = _call_code(call.function.name, call.function.arguments)
+                    if code is not None:
+                        result = await session.run(code, self.config.cell_timeout_s)
+                        problem = format_result(result)
+                    messages.append(
+                        {"role": "tool", "tool_call_id": call.id, "name": call.function.name,
+                         "content": problem}
+                    )  # fmt: skip
+            messages.append({"role": "user", "content": FINAL_TURN})
+            completion = await client.chat.completions.create(
+                model=ctx.model, messages=messages, tools=tools, tool_choice="none"
+            )
+            messages.append(completion.choices[0].message.model_dump(exclude_none=True))
+        finally:
+            await session.close()
+
+
+def _call_code(name: str, arguments: str | None) -> tuple[str | None, str]:
+    """(the code a call runs, "") or (None, why it cannot run, in one line)."""
+    if name != _PYTHON.name:
+        return None, f"error: unknown function {name!r}; the one function is {_PYTHON.name!r}"
+    try:
+        args = json.loads(arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return None, f"error: the arguments are not JSON ({exc}); send a JSON object"
+    if not isinstance(args, dict) or not isinstance(args.get(_CODE), str):
+        return None, f"error: the arguments must be a JSON object with a string {_CODE!r}"
+    return args[_CODE], ""
