@@ -21,7 +21,7 @@ idle for `idle_ttl_s` are closed, so a client that crashed does not leak process
 
 Opening a session takes one from a pool of sessions forked ahead of time (`--pool-size`,
 refilled in the background) when one is ready, else forks one; the fork rate of a machine is
-what bounds a burst of opens larger than the pool (BENCHMARKS.md, "The sandbox as a service").
+what bounds a burst of opens larger than the pool (docs/benchmarks/history.md, "The sandbox as a service").
 
 `HTTPSandbox` is the client (a `SandboxClient`). Given several server URLs (one per node), it
 opens each new session on the server with the fewest live sessions of this client and sends

@@ -3,7 +3,7 @@ WebSocket, not as Ray calls.
 
 Why. A Ray actor call costs about 1.6 ms round trip on an idle machine, more than the 1 ms a
 cell may add over the in-process API, while the channel of `tirl sandbox serve`
-(tirl.sandbox.channel) adds about 0.3 ms (BENCHMARKS.md, "Where the Ray pool's per-cell time
+(tirl.sandbox.channel) adds about 0.3 ms (docs/benchmarks/history.md, "Where the Ray pool's per-cell time
 goes"). So each `SandboxActor` serves that channel's endpoint (`GET /v1/channel`) on its node,
 and the pool sends its cells (`run`, `run_once`) over it. Ray keeps what it is good at:
 placement, restarts, node failures, and the rare control calls (ready, create, fork, close,

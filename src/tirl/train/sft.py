@@ -39,7 +39,7 @@ def length_grouped_batches(
     length cuts the padded tokens that cost compute and train nothing; which rows are seen, and
     how often, does not change. `window` 1 is plain random batches. What a batch mixes does
     change: where lengths follow the kind of demonstration (code or direct answer), batches
-    become all of one kind and the model learns differently (BENCHMARKS.md, SFT batching);
+    become all of one kind and the model learns differently (docs/benchmarks/history.md, SFT batching);
     `sft_backward`'s micro-batches save padding without that."""
     for start in range(0, steps, window):
         k = min(window, steps - start)
