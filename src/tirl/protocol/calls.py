@@ -91,21 +91,36 @@ class CallProtocol(Protocol):
         decoded = self._decode(code)
         return decoded if isinstance(decoded, str) else None
 
+    def function_calls(self, text: str) -> list[tuple[int, str, dict]] | None:
+        """Every complete block of `text` as (its start, the function's name, its arguments),
+        in order; None when there is none or one of them is not a call (`parse_call`): how
+        `tirl serve` reads a completion's calls (`tirl.apps.server_tools`)."""
+        calls = []
+        for _, pattern in self._patterns:
+            for m in pattern.finditer(text):
+                call = parse_call(m.group(1))
+                if isinstance(call, str):
+                    return None
+                calls.append((m.start(), *call))
+        return calls or None
+
+    def function_call_text(self, name: str, arguments: dict) -> str:
+        """The JSON of a call of function `name` with `arguments`, as Qwen2.5's template
+        writes it (`{"name": ..., "arguments": ...}`, json.dumps' spacing)."""
+        return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+
+    def render_call(self, name: str, arguments: dict) -> str:
+        """A call block of function `name` (any function, not only a tool of the run), as a
+        model writes it in exact-match mode."""
+        return f"{self.code_open}{self.function_call_text(name, arguments)}{self.code_close}"
+
     def _decode(self, body: str) -> tuple[str, str] | str:
         """(tool, code) of a call's JSON, or the one line that says why it cannot run."""
         known = ", ".join(self.tool_names)
-        try:
-            call = json.loads(body)
-        except ValueError as e:
-            return f"Invalid tool call: not JSON ({e}); nothing was run."
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            return 'Invalid tool call: expected {"name": ..., "arguments": {...}}; nothing was run.'
-        name, arguments = call["name"], call.get("arguments")
-        if isinstance(arguments, str):  # the OpenAI wire format: arguments as a JSON string
-            try:
-                arguments = json.loads(arguments)
-            except ValueError:
-                pass
+        call = parse_call(body, strict=False)
+        if isinstance(call, str):
+            return call
+        name, arguments = call
         if name not in self.tool_names:
             return f"Invalid tool call: no tool named {name!r} (tools: {known}); nothing was run."
         wanted = self.block_for(name).arguments or (PYTHON_ARGUMENT,)
@@ -120,8 +135,7 @@ class CallProtocol(Protocol):
 
     def call_text(self, code: str, tool: str = DEFAULT_TOOL) -> str:
         """The JSON of a call of `tool` with `code`, as Qwen2.5's template writes it."""
-        argument = self.block_for(tool).arguments[0]
-        return json.dumps({"name": tool, "arguments": {argument: code}}, ensure_ascii=False)
+        return self.function_call_text(tool, {self.block_for(tool).arguments[0]: code})
 
     def render_code(self, code: str, tool: str = DEFAULT_TOOL) -> str:
         return super().render_code(self.call_text(code, tool), tool)
@@ -143,6 +157,30 @@ class CallProtocol(Protocol):
                     " exact_match)"
                 )
         return protocol
+
+
+def parse_call(body: str, strict: bool = True) -> tuple[str, dict] | str:
+    """(name, arguments) of a call block's JSON `{"name": ..., "arguments": {...}}`, or the
+    one line that says why it is not a call. The arguments may come as a JSON string (the
+    OpenAI wire format); `strict`: they must then be an object (missing: {}), else anything
+    that is not an object counts as none (the rollout then names the missing argument)."""
+    try:
+        call = json.loads(body)
+    except ValueError as e:
+        return f"Invalid tool call: not JSON ({e}); nothing was run."
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return 'Invalid tool call: expected {"name": ..., "arguments": {...}}; nothing was run.'
+    arguments = call.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            pass
+    if not isinstance(arguments, dict):
+        if strict:
+            return "Invalid tool call: its arguments are not a JSON object; nothing was run."
+        arguments = {}
+    return call["name"], arguments
 
 
 def template_response_markers(tokenizer, protocol: CallProtocol) -> tuple[str, str] | None:

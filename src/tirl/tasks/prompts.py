@@ -14,8 +14,11 @@ protocol (`DEFAULT_SYSTEM_PROMPTS`, or the `system` given).
 Tools as functions: with a call protocol (`tirl.protocol.calls`, `hermes_tools`) the enabled
 tools' function definitions (`tirl.tools.function_schemas`) are passed as the template's
 `tools=`, so a template that lists tools (Qwen2.5's) shows them its own way; where the template
-does not list them (SmolLM2's, or a plain prompt's given system message) the default system
-message lists them in Hermes' format. The tool's answer is then a turn of its own, as the
+does not list them (SmolLM2's, the tiny model's) the system message, the default or a given
+one, is followed by them in Hermes' format (`functions_note`), as Qwen2.5's template follows a
+given system message with its tools; so `tirl serve`, given the same system message and the
+functions as `tools`, renders the same prompt (`tirl.apps.server_tools`). A plain prompt's
+given system message and an empty one ("": no system message) list none. The tool's answer is then a turn of its own, as the
 template writes it (the call protocol's `for_tokenizer`); fence and tag protocols keep the
 interpreter's answer inside the assistant turn, as CIR and AgentMath do.
 
@@ -83,9 +86,16 @@ def default_system_prompt(protocol: Protocol, list_functions: bool = True) -> st
     extra = tools_prompt(protocol, protocol.enabled_tools)  # tools beyond Python, if any
     text = f"{text} {extra}" if extra else text
     if protocol.shape is Shape.CALLS and list_functions:
-        lines = "\n".join(json.dumps(f, ensure_ascii=False) for f in function_schemas(protocol))
-        text += FUNCTIONS_NOTE.format(functions=lines)
+        text += functions_note(function_schemas(protocol))
     return text
+
+
+def functions_note(functions: list[dict]) -> str:
+    """What follows a system message to list `functions` (OpenAI function definitions) where
+    the chat template does not (`FUNCTIONS_NOTE`, one JSON line each). `tirl serve` lists a
+    request's `tools` the same way (`tirl.apps.server_tools`)."""
+    lines = "\n".join(json.dumps(f, ensure_ascii=False) for f in functions)
+    return FUNCTIONS_NOTE.format(functions=lines)
 
 
 class PromptRenderer:
@@ -125,6 +135,10 @@ class PromptRenderer:
             listed = self._template_lists_functions()
             if system is None:
                 system = default_system_prompt(self.protocol, list_functions=not listed)
+            elif system and self.functions and not listed:
+                # a given system message is followed by the functions as Qwen2.5's template
+                # follows it with its tools: what `tirl serve` writes for the same messages
+                system += functions_note(self.functions)
             self.system = system
         else:
             self.system = system or ""
