@@ -7,7 +7,11 @@ evaluation processes. Endpoints:
 - `GET /v1/models` (with vLLM's `max_model_len`), `GET /v1/models/{id}`;
 - `POST /v1/completions`: `prompt` as text, token ids, or a list of either;
 - `POST /v1/chat/completions`: `messages` rendered with the tokenizer's chat template
-  (`add_generation_prompt=True`); 400 when the tokenizer has none;
+  (`add_generation_prompt=True`); 400 when the tokenizer has none. With `tools`, OpenAI tool
+  calls as vLLM's hermes parser serves them (`tirl.apps.server_tools`): the tools and the
+  conversation's calls rendered by the template, or the way tirl's `hermes_tools` writes them
+  where the template is plain ChatML; the completion's `<tool_call>` blocks come back as
+  `message.tool_calls` with `finish_reason: "tool_calls"` (not streamed);
 - `GET /health`: 200 while the engine's step loop serves requests, 503 once it has died or
   while the server drains; with the key it also says what is running, queued and held.
 
@@ -44,7 +48,7 @@ Authentication (`tirl.httpauth`): with an API key every route but `/health` need
 Limits: log-probs are those of the unscaled policy (temperature 1) and only of the sampled
 tokens; streamed text is held back while it could still become a stop string or an incomplete
 UTF-8 character, and assumes the tokenizer's decoding of a prefix is a prefix of the decoding
-of the whole (true of byte-level BPE); no top_p/top_k, penalties, logit bias, echo, tools.
+of the whole (true of byte-level BPE); no top_p/top_k, penalties, logit bias, echo.
 """
 
 from __future__ import annotations
@@ -342,7 +346,8 @@ class CompletionServer:
     ) -> _Choice:
         """One choice through the engine's continuous batch."""
         key = uuid.uuid4().hex
-        hit: list[str] = []
+        hit: list[str | None] = []  # the stop string found (None: a closed tool call)
+        at_call = req.tools is not None and req.tools.stop_at_call
 
         def decode(new_ids: list[int]) -> str:
             return self.tokenizer.decode(new_ids, skip_special_tokens=req.skip_special)
@@ -355,6 +360,9 @@ class CompletionServer:
             if found:
                 hit.append(min(found, key=text.index))
                 return True
+            if at_call and req.tools.closed(text):  # parallel_tool_calls false: one call
+                hit.append(None)
+                return True
             if on_token is not None:
                 on_token(new_ids, text)
             return False
@@ -365,7 +373,7 @@ class CompletionServer:
                 ids,
                 max_new_tokens=max_tokens,
                 temperature=req.temperature,
-                stop=stop_fn if req.stops or on_token else None,
+                stop=stop_fn if req.stops or on_token or at_call else None,
                 seed=seed,
             )
         finally:
@@ -374,7 +382,7 @@ class CompletionServer:
         finish, stop_reason = out.finish_reason, None
         if finish == "boundary":
             finish, stop_reason = "stop", hit[-1]
-            if not req.include_stop:
+            if stop_reason is not None and not req.include_stop:
                 cut = text.find(stop_reason)
                 text = text if cut < 0 else text[:cut]
         choice = _Choice(out.ids, out.logprobs, text, finish, stop_reason)
@@ -393,8 +401,13 @@ class CompletionServer:
 
     def _choice_json(self, req: GenerationRequest, index: int, c: _Choice) -> dict[str, Any]:
         out: dict[str, Any] = {"index": index}
+        finish = c.finish_reason
         if req.chat:
-            out["message"] = {"role": "assistant", "content": c.text}
+            # With tools, the calls the completion holds; its text (what the gateway splices
+            # the next prompt with) stays the completion as sampled.
+            called = req.tools.message(c.text) if req.tools is not None else None
+            out["message"] = called or {"role": "assistant", "content": c.text}
+            finish = "tool_calls" if called else finish
             out["logprobs"] = None
         else:
             out["text"] = c.text
@@ -405,7 +418,7 @@ class CompletionServer:
                     "token_logprobs": c.logprobs,
                     "top_logprobs": None,
                 }
-        out["finish_reason"] = c.finish_reason
+        out["finish_reason"] = finish
         out["stop_reason"] = c.stop_reason
         if req.return_token_ids:
             out["token_ids"] = c.ids

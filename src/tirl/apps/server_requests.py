@@ -14,7 +14,9 @@ Fields:
   `max_tokens` (`max_completion_tokens` for chat), `temperature`, `n`, `seed`, `stop`,
   `stream`, `stream_options.include_usage`, `logprobs` (completions: 0 or 1, the sampled
   tokens' log-probs), `user` (accepted, unused), and vLLM's `return_token_ids`,
-  `include_stop_str_in_output`, `skip_special_tokens`;
+  `include_stop_str_in_output`, `skip_special_tokens`; chat also `tools`, `tool_choice`
+  ("auto" or "none"), `parallel_tool_calls`, assistant messages' `tool_calls` and tool
+  messages' `tool_call_id` (checked and rendered by `tirl.apps.server_tools`);
 - not supported, accepted only at the value that changes nothing (`top_p: 1`, `echo: false`,
   `logit_bias: {}`, `presence_penalty: 0`, ...); any other value is a 400 naming the field;
 - any other field is a 400 too: a parameter we do not know is never silently ignored.
@@ -27,6 +29,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from tirl.apps.server_tools import (
+    ToolCalls,
+    ToolRequestError,
+    render_tool_chat,
+    tool_calls_of,
+    tool_rendering,
+    tool_settings,
+    uses_tools,
+)
 
 # How a prompt's text becomes token ids. `tirl serve` tokenizes it whole (`plain_encoder`);
 # the training gateway (`tirl.apps.gateway`) splices the ids a session's model sampled before.
@@ -106,6 +118,8 @@ class GenerationRequest:
     # Called with (prompt ids, the choice) for each choice answered in full; the training
     # gateway records a session's calls with it. Not a request field.
     on_choice: Callable[[list[int], Any], None] | None = field(default=None, compare=False)
+    # How the completion's tool calls are read back (a chat request with tools); None: not.
+    tools: ToolCalls | None = None
 
 
 _COMMON = {
@@ -113,7 +127,8 @@ _COMMON = {
     "return_token_ids", "include_stop_str_in_output", "skip_special_tokens", "user",
 }  # fmt: skip
 COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs", "best_of"}
-CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens"}
+CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "tools", "tool_choice"}
+CHAT_FIELDS |= {"parallel_tool_calls"}
 
 # Unsupported fields, accepted at (and only at) the values that make them no-ops.
 _NEUTRAL_COMMON: dict[str, tuple] = {
@@ -133,9 +148,6 @@ NEUTRAL_CHAT = {
     **_NEUTRAL_COMMON,
     "logprobs": (False,),
     "top_logprobs": (0,),
-    "tools": ([],),
-    "tool_choice": ("none",),
-    "parallel_tool_calls": (True, False),
     "response_format": ({"type": "text"},),
 }
 
@@ -183,29 +195,53 @@ def parse_chat(
     _check_fields(body, CHAT_FIELDS, NEUTRAL_CHAT)
     _check_model(body, limits)
     params = _params(body, limits, chat=True)
-    messages = _messages(body)
+    try:
+        settings = tool_settings(body)
+        messages = _messages(body)
+    except ToolRequestError as e:
+        raise BadRequest(e.param, str(e)) from None
+    if settings.parse_calls and params["stream"]:
+        raise BadRequest(
+            "stream",
+            "stream is not supported with tools (calls are read from the whole completion);"
+            ' send stream: false, or tool_choice: "none"',
+        )
     if not getattr(tokenizer, "chat_template", None):
         raise BadRequest(
             "messages",
             "this model's tokenizer has no chat template, so messages cannot be rendered;"
             " use /v1/completions with a prompt",
         )
-    _check_text_size("".join(m["content"] for m in messages), limits, "messages")
+    sized = [m["content"] for m in messages] + [json.dumps(settings.tools)]
+    sized += [json.dumps(m["tool_calls"]) for m in messages if m.get("tool_calls")]
+    _check_text_size("".join(sized), limits, "messages")
+    tooled = uses_tools(messages, settings)
     try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if tooled:
+            text = render_tool_chat(tokenizer, messages, settings)
+        else:
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+    except ToolRequestError as e:
+        raise BadRequest(e.param, str(e)) from None
     except Exception as e:  # a template's own raise_exception(), or one it cannot handle
         raise BadRequest(
             "messages", f"the chat template cannot render these messages: {_clip(str(e))}"
         ) from None
-    ids = (encode or plain_encoder(tokenizer))(text)
+    ids = (encode or plain_encoder(tokenizer))(_text(text, "messages"))
     _check_prompt_ids(ids, limits, "messages")
     # Without a limit, a chat completion may fill the context (as vLLM does), within the budget.
     max_tokens = params.pop("max_tokens") or limits.max_request - len(ids)
     field = (
         "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     )
+    calls = None
+    if settings.parse_calls:
+        rendering = tool_rendering(tokenizer)
+        calls = ToolCalls(rendering.separator, stop_at_call=not settings.parallel)
     return _fit(
-        GenerationRequest(chat=True, prompts=[ids], max_tokens=[max_tokens], **params),
+        GenerationRequest(chat=True, prompts=[ids], max_tokens=[max_tokens], tools=calls, **params),
         limits,
         field,
     )
@@ -457,7 +493,7 @@ def _check_prompt_ids(ids: list, limits: ModelLimits, field: str) -> None:
         )
 
 
-def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages", f"messages must be a non-empty list, got {_show(messages)}")
@@ -468,18 +504,28 @@ def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise BadRequest(where, f"{where} must be an object, got {_kind(m)}")
-        extra = set(m) - {"role", "content", "name"}
+        role = m.get("role")
+        allowed = {"role", "content", "name"}
+        allowed |= {"tool_calls"} if role == "assistant" else set()
+        allowed |= {"tool_call_id"} if role == "tool" else set()
+        extra = set(m) - allowed
         if extra:
             name = sorted(extra)[0]
             raise BadRequest(f"{where}.{_clip(name, 100)}", f"{where}: {name!r} is not supported")
-        role = m.get("role")
         if role not in ROLES:
             raise BadRequest(f"{where}.role", f"{where}.role must be one of {', '.join(ROLES)}")
-        message = {"role": role, "content": _content(m.get("content"), f"{where}.content")}
-        if m.get("name") is not None:
-            if not isinstance(m["name"], str):
-                raise BadRequest(f"{where}.name", f"{where}.name must be a string")
-            message["name"] = _text(m["name"], f"{where}.name")
+        calls = m.get("tool_calls")
+        content = m.get("content")
+        if calls and content is None:  # an assistant that only calls: content null
+            content = ""
+        message: dict[str, Any] = {"role": role, "content": _content(content, f"{where}.content")}
+        for key in ("name", "tool_call_id"):
+            if m.get(key) is not None:
+                if not isinstance(m[key], str):
+                    raise BadRequest(f"{where}.{key}", f"{where}.{key} must be a string")
+                message[key] = _text(m[key], f"{where}.{key}")
+        if calls is not None:
+            message["tool_calls"] = tool_calls_of(calls, f"{where}.tool_calls")
         out.append(message)
     return out
 
