@@ -211,7 +211,7 @@ class TirlSide:
         """Wait for a running update (one step off-policy); its seconds. The records of the
         block get their update times, which the trainer knows once the updates are done."""
         start = time.perf_counter()
-        await self.trainer.finish_update()
+        await self.trainer.finish_updates()
         for record, metrics in self.open:
             record["update_s"] = metrics.get("time/update_s", 0.0)
             record["staleness"] = metrics.get("rl/staleness_mean", 0.0)

@@ -72,8 +72,8 @@ def test_a_sandbox_section_that_cannot_work_is_one_line_before_any_work(
 
 @pytest.mark.parametrize(
     "overrides",
-    [[], ["rl.one_step_off_policy=true"], ["model.lora.rank=4"]],
-    ids=["hf", "hf-one-step-off", "hf-lora"],
+    [[], ["rl.one_step_off_policy=true"], ["rl.off_policy_steps=2"], ["model.lora.rank=4"]],
+    ids=["hf", "hf-one-step-off", "hf-async-k2", "hf-lora"],
 )
 def test_a_runs_engine_capabilities_are_what_its_built_engine_has(overrides, tmp_path):
     """What the trainer is told (`engine_capabilities`: the kind's declaration and the

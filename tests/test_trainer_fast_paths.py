@@ -1,20 +1,22 @@
 """The RL step's fast paths (issue 30): passes cut to their longest row and planned by a token
 budget, the sampler's log-probs as pi_old where they are the trainer's, and sampling of the
-next step overlapped with the update (one step off-policy). Each must train on what the slow
-path trains on, or, for the overlap, on what it says it does."""
+next steps overlapped with the updates (async RL with a staleness bound k, issue 47; one step
+off-policy is k = 1). Each must train on what the slow path trains on, or, for the overlap, on
+what it says it does."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
 import json
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from dist_update_worker import small_model
 from rl_trainer import rl_trainer
-from test_trainer import _train, synthetic_batch
+from test_trainer import _train, synthetic_batch, varied_reward
 from tiny_run import RL_STEPS, run, train_cmd
 
 from tirl.backends.hf import HFEngine
@@ -26,6 +28,7 @@ from tirl.tasks.sources.arithmetic import ArithmeticSource
 from tirl.train.batch import collate, token_logprobs
 from tirl.train.capabilities import probe_capabilities
 from tirl.train.learner import old_logprobs_from_sampler
+from tirl.train.metrics import MetricsLogger
 from tirl.train.update import Shard, batch_logprobs, shard_micro_batches, token_budget_runs
 
 ARITHMETIC = ArithmeticSource()
@@ -75,6 +78,9 @@ def test_auto_takes_the_samplers_log_probs_only_where_they_are_the_trainers(tiny
     assert not old_logprobs_from_sampler(RLConfig(old_logprobs="trainer"), ours, partial=False)
     assert not old_logprobs_from_sampler(auto, server, partial=False)
     assert old_logprobs_from_sampler(RLConfig(old_logprobs="sampler"), server, False)
+    # a stale batch: the trainer recomputes the proximal policy (AReaL's decoupled PPO)
+    assert not old_logprobs_from_sampler(RLConfig(off_policy_steps=2), ours, partial=False)
+    assert not old_logprobs_from_sampler(RLConfig(one_step_off_policy=True), ours, False)
     hf.close()
 
 
@@ -143,14 +149,134 @@ def test_one_step_off_policy_with_partial_rollouts_is_refused_in_one_line():
     assert "\n" not in str(err.value)
 
 
-def test_tirl_train_runs_one_step_off_policy_end_to_end(tmp_path: Path):
-    cmd = train_cmd(tmp_path, "overlap", "rl.one_step_off_policy=true")
+def test_one_step_off_policy_is_shorthand_for_k_1_and_a_conflict_is_one_line():
+    assert load_config(RunConfig, overrides=["rl.one_step_off_policy=true"]).rl.staleness_bound == 1
+    both = ["rl.one_step_off_policy=true", "rl.off_policy_steps=1"]
+    assert load_config(RunConfig, overrides=both).rl.staleness_bound == 1  # they agree
+    with pytest.raises(ConfigError) as err:
+        load_config(RunConfig, overrides=["rl.one_step_off_policy=true", "rl.off_policy_steps=3"])
+    line = str(err.value)
+    assert "\n" not in line and "rl.one_step_off_policy" in line and "rl.off_policy_steps" in line
+    with pytest.raises(ConfigError, match="rl.off_policy_steps does not combine") as err:
+        load_config(RunConfig, overrides=["rl.off_policy_steps=2", "rl.segment_tool_calls=1"])
+    assert "\n" not in str(err.value)
+
+
+def _clone(model: torch.nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def async_run(model, tokenizer, cfg, run_dir, *, until=None, resume=False, slow_s=0.0):
+    """RL steps without tools, the HF engine on a copy that the trainer pushes into, each
+    optimizer step made `slow_s` slower by a hook on the trainer's optimizer (so a running
+    update holds a half-updated model that long). Returns the log's records, what each push
+    handed the engine (the updates finished then, the weights, whether an update was running)
+    and the weights each update left when it finished."""
+    finished: list[dict] = []
+    pushes: list[tuple[int, dict, bool]] = []
+
+    async def go():
+        engine = HFEngine(copy.deepcopy(model), tokenizer.eos_token_id, seed=0)
+        logger = MetricsLogger(run_dir / "metrics.jsonl")
+        trainer = rl_trainer(
+            model, cfg, Rollout(engine, tokenizer, None), lambda i: ARITHMETIC.item("train", i),
+            pad_id=tokenizer.pad_token_id, logger=logger, reward_fn=varied_reward,
+            use_tools=False,
+        )  # fmt: skip
+        step, learn, load = trainer.optim.step, trainer.learn, engine.load_weights
+
+        def slow_step():
+            norm = step()
+            time.sleep(slow_s)
+            return norm
+
+        def recorded_learn(*args):
+            metrics = learn(*args)
+            finished.append(_clone(model))  # in the worker, before the next update starts
+            return metrics
+
+        async def recorded_load(source):
+            await asyncio.sleep(slow_s)  # the next update's first optimizer step happens here
+            running = any(p.update is not None and not p.update.done() for p in trainer.pending)
+            pushes.append((trainer.state.updates, _clone(source), running))
+            await load(source)
+
+        trainer.optim.step, trainer.learn, engine.load_weights = (
+            slow_step, recorded_learn, recorded_load,
+        )  # fmt: skip
+        if resume:
+            trainer.load_checkpoint(run_dir / "ckpt")
+        await trainer.train(until=until, checkpoint_dir=run_dir / "ckpt")
+        logger.close()
+        engine.close()
+
+    asyncio.run(go())
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    return records, pushes, finished
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_every_batch_is_at_most_k_updates_stale_and_slow_updates_reach_k(
+    k, tokenizer, tiny_model, tmp_path
+):
+    cfg = RLConfig(
+        steps=k + 3, prompts_per_step=2, group_size=2, max_model_tokens=12, lr=1e-3,
+        off_policy_steps=k,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    records, pushes, finished = async_run(tiny_model, tokenizer, cfg, tmp_path, slow_s=0.05)
+
+    assert [r["step"] for r in records] == list(range(k + 3))  # logged in order, once each
+    assert [r["train/updates"] for r in records] == list(range(1, k + 4))
+    lags = [r["rl/staleness_max"] for r in records]
+    assert all(r["rl/staleness_mean"] <= k for r in records)
+    # the first steps sample the start while the first updates queue, then the bound holds
+    assert lags == [*range(k), k, k, k]
+    # the engine got each finished update's weights, never a model halfway through one,
+    # though the next update was running during the pushes
+    # one push a step once k updates are pending, then one for the rest at the end
+    assert [n for n, _, _ in pushes] == [1, 2, 3, k + 3]
+    assert any(running for _, _, running in pushes)
+    for n, weights, _ in pushes:
+        for key, value in finished[n - 1].items():
+            assert torch.equal(weights[key], value), (n, key)
+
+
+def test_k_2_resumes_exactly_where_an_uninterrupted_run_goes(tokenizer, tiny_model, tmp_path):
+    cfg = RLConfig(
+        steps=6, prompts_per_step=2, group_size=3, max_model_tokens=20, lr=1e-3,
+        off_policy_steps=2, checkpoint_every=3,
+    )  # fmt: skip
+    start = copy.deepcopy(tiny_model.state_dict())
+    torch.manual_seed(5)
+    straight, _, _ = async_run(tiny_model, tokenizer, cfg, tmp_path / "a")
+    trained = copy.deepcopy(tiny_model.state_dict())
+    # the checkpoint at step 3 finishes every pending update: the lag starts over after it
+    assert [r["rl/staleness_max"] for r in straight] == [0.0, 1.0, 2.0, 0.0, 1.0, 2.0]
+
+    tiny_model.load_state_dict(start)
+    torch.manual_seed(5)
+    async_run(tiny_model, tokenizer, cfg, tmp_path / "b", until=3)
+    tiny_model.load_state_dict(start)  # a new process starts from the initial policy
+    torch.manual_seed(123)  # whatever the new process's RNG is, the checkpoint's wins
+    resumed, _, _ = async_run(tiny_model, tokenizer, cfg, tmp_path / "b", resume=True)
+    assert [r["step"] for r in resumed] == list(range(6))
+    for a, b in zip(straight, resumed):
+        assert a["train/reward_mean"] == b["train/reward_mean"]
+        assert a["rl/staleness_max"] == b["rl/staleness_max"]
+        assert a["actor/pg_loss"] == pytest.approx(b["actor/pg_loss"], abs=1e-6)
+    for key, value in trained.items():
+        torch.testing.assert_close(tiny_model.state_dict()[key], value, atol=1e-6, rtol=0)
+
+
+def test_tirl_train_runs_async_rl_end_to_end(tmp_path: Path):
+    cmd = train_cmd(tmp_path, "overlap", "rl.off_policy_steps=2")
     done = run(cmd)
     assert done.returncode == 0, done.stderr[-2000:]
     records = [json.loads(line) for line in (tmp_path / "overlap" / "metrics.jsonl").open()]
     rl = [r for r in records if r.get("phase") == "rl"]
     assert [r["step"] for r in rl] == list(range(RL_STEPS))
-    assert all("rl/staleness_mean" in r for r in rl if r["train/updated"])
+    assert all(r["rl/staleness_max"] <= 2 for r in rl if r["train/updated"])
 
 
 def test_only_the_positions_a_row_trains_on_or_sampled_cost_logits(tokenizer):

@@ -261,12 +261,26 @@ def test_the_probe_reads_what_each_engine_offers(tiny_model):
         (EngineCapabilities(sleeps_during_update=True), "sleep_during_update"),
     ],
 )
-def test_one_step_off_policy_is_refused_where_nothing_may_sample_during_the_update(engine, words):
-    overlap = RLConfig(one_step_off_policy=True)
-    with pytest.raises(ConfigError, match=words):
+@pytest.mark.parametrize(
+    "overlap, key",
+    [
+        (RLConfig(one_step_off_policy=True), "rl.one_step_off_policy"),
+        (RLConfig(off_policy_steps=3), "rl.off_policy_steps"),
+    ],
+)
+def test_async_rl_is_refused_where_nothing_may_sample_during_the_update(
+    engine, words, overlap, key
+):
+    with pytest.raises(ConfigError, match=words) as err:
         check_overlap(overlap, None, engine)
+    assert str(err.value).startswith(key) and "\n" not in str(err.value)
     check_overlap(RLConfig(), None, engine)  # without the overlap, nothing to refuse
     check_overlap(overlap, None, EngineCapabilities(receives_weights=True))
+
+
+def test_async_rl_is_refused_under_torch_distributed_naming_its_key():
+    with pytest.raises(ConfigError, match="rl.off_policy_steps does not run under torch"):
+        check_overlap(RLConfig(off_policy_steps=2), object(), EngineCapabilities())
 
 
 def test_capabilities_given_to_the_trainer_win_over_the_probe(tokenizer, tiny_model):

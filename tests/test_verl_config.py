@@ -213,6 +213,7 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("rl.old_logprobs", "sampler", []),
     ("rl.tis_cap", 2.0, []),
     ("rl.one_step_off_policy", True, []),
+    ("rl.off_policy_steps", 2, []),
     ("rl.bf16", True, []),
     ("rl.budget_schedule", [[0.0, 6]], []),
     ("rl.segment_tokens", 16, []),

@@ -62,7 +62,7 @@ class EngineCapabilities:
 
     samples_trained_model: bool = False
     """The engine samples the very module being trained, not a copy: it cannot sample while
-    that module updates, which `rl.one_step_off_policy` needs."""
+    that module updates, which `rl.off_policy_steps` >= 1 needs."""
 
     sleeps_during_update: bool = False
     """The engine frees memory through `await engine.pause()` before each update and wakes

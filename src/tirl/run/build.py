@@ -144,7 +144,7 @@ def engine_for(
     if "model" in kind.needs and model is not None:
         if is_lora(model):  # the merged weights, in the base class (the fused path runs it)
             model = plain_copy(model)
-        elif cfg.rl.one_step_off_policy:
+        elif cfg.rl.staleness_bound:
             model = copy.deepcopy(model)  # sampled while the trainer updates the original
     spec = EngineSpec(
         model=model,
@@ -165,9 +165,9 @@ def engine_capabilities(cfg: RunConfig) -> EngineCapabilities:
     """What the RL trainer may rely on from the engine `engine_for` builds: its kind's
     declaration (`tirl.rollout.engines.EngineKind`), and whether that engine samples the
     trained module itself, which `engine_for` decides (a copy under LoRA and
-    one_step_off_policy)."""
+    rl.off_policy_steps >= 1)."""
     kind = ENGINES.get_entry(cfg.rollout.engine)
-    copied = cfg.model.lora.rank > 0 or cfg.rl.one_step_off_policy
+    copied = cfg.model.lora.rank > 0 or cfg.rl.staleness_bound > 0
     return EngineCapabilities(
         receives_weights=kind.receives_weights,
         logprobs_match_trainer=kind.logprobs_match_trainer,

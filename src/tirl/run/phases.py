@@ -320,15 +320,24 @@ class RLConfig:
         " the update (one forward pass; the proximal policy when rollouts are stale or the"
         " sampler differs); sampler = the sampling engine's own, no pass (exact only when"
         " sampler and trainer agree: hf engine, same dtype, no partial rollouts; docs/vllm.md);"
-        " auto = sampler where they agree (the hf engine, no partial rollouts, no rl.tis_cap,"
-        " no bf16 update), else trainer",
+        " auto = sampler where they agree (the hf engine, on-policy, no partial rollouts, no"
+        " rl.tis_cap, no bf16 update), else trainer (with rl.off_policy_steps >= 1 the"
+        " proximal policy of AReaL's decoupled PPO, rl.tis_cap weighting the stale sampler)",
+    )
+    off_policy_steps: int = setting(
+        0,
+        ">= 0",
+        "async RL with a staleness bound k: a batch is trained at most k policy versions after"
+        " the one that sampled it (AReaL's max_head_offpolicyness, prime-rl's async_level);"
+        " updates run in order in a thread of their own while the next steps sample on a"
+        " copy of the weights, which gets a finished update's weights at a step boundary"
+        " once k are pending (rl/staleness_mean); old_logprobs auto recomputes the proximal"
+        " policy; a step takes about max(sampling, update); 0 = on-policy; not with partial"
+        " rollouts, torchrun or vLLM's sleep mode",
     )
     one_step_off_policy: bool = setting(
         False,
-        doc="sample step k+1 while step k updates (the update in a thread of its own, the"
-        " engine on a copy of the weights): each batch is one update stale"
-        " (rl/staleness_mean), a step takes about max(sampling, update); not with partial"
-        " rollouts, torchrun or vLLM's sleep mode",
+        doc="shorthand for rl.off_policy_steps: 1 (sample step n+1 while step n updates)",
     )
     tis_cap: float | None = setting(
         None,
@@ -419,14 +428,31 @@ class RLConfig:
                 " construction, so set one or the other",
                 "rl.tis_cap",
             )
-        if self.one_step_off_policy and (self.segment_tokens or self.segment_tool_calls):
+        if self.one_step_off_policy and self.off_policy_steps > 1:
             raise ConfigError(
-                "rl.one_step_off_policy does not combine with partial rollouts"
+                "rl.one_step_off_policy is shorthand for rl.off_policy_steps: 1, but"
+                f" rl.off_policy_steps is {self.off_policy_steps}: set one or the other",
+                "rl.off_policy_steps",
+            )
+        if self.staleness_bound and (self.segment_tokens or self.segment_tool_calls):
+            raise ConfigError(
+                f"{self.off_policy_key} does not combine with partial rollouts"
                 " (rl.segment_tokens / segment_tool_calls), which carry trajectories across"
                 " updates already: set one or the other",
-                "rl.one_step_off_policy",
+                self.off_policy_key,
             )
         self._check_algorithm_params()
+
+    @property
+    def staleness_bound(self) -> int:
+        """k, the most policy versions a batch is trained after the one that sampled it:
+        `off_policy_steps`, or 1 for `one_step_off_policy`; 0 is on-policy."""
+        return max(self.off_policy_steps, int(self.one_step_off_policy))
+
+    @property
+    def off_policy_key(self) -> str:
+        """The key that set the staleness bound, for the refusals that name it."""
+        return "rl.one_step_off_policy" if self.one_step_off_policy else "rl.off_policy_steps"
 
     def _check_algorithm_params(self) -> None:
         """Each *_params name must be a keyword of the function or class it goes to. Only a

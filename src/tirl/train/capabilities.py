@@ -32,18 +32,22 @@ def probe_capabilities(engine: object | None, model: torch.nn.Module) -> EngineC
 
 
 def check_overlap(cfg: RLConfig, dist: DistContext | None, engine: EngineCapabilities) -> None:
-    """Refuse `rl.one_step_off_policy` where nothing may sample while the policy updates."""
-    if not cfg.one_step_off_policy:
+    """Refuse a staleness bound k >= 1 (`rl.off_policy_steps`, `rl.one_step_off_policy`)
+    where nothing may sample while the policy updates."""
+    if not cfg.staleness_bound:
         return
+    key = cfg.off_policy_key
     if dist is not None:
-        raise ConfigError("rl.one_step_off_policy does not run under torch.distributed yet")
+        raise ConfigError(f"{key} does not run under torch.distributed yet", key)
     if engine.samples_trained_model:
         raise ConfigError(
-            "rl.one_step_off_policy needs an engine that samples a copy of the"
-            " weights, not the model being trained (tirl train makes one)"
+            f"{key} needs an engine that samples a copy of the weights, not the model being"
+            " trained (tirl train makes one)",
+            key,
         )
     if engine.sleeps_during_update:
         raise ConfigError(
-            "rl.one_step_off_policy samples during the update, so the engine cannot"
-            " sleep through it: drop sleep_during_update from rollout.engine_options"
+            f"{key} samples during the update, so the engine cannot sleep through it: drop"
+            " sleep_during_update from rollout.engine_options",
+            key,
         )

@@ -315,9 +315,12 @@ MAPPING: dict[str, Row] = {
         note="sampler -> verl's bypass mode: the rollout's log-probs are the old ones, PPO clip;"
         " auto -> recomputed (verl samples with vLLM or SGLang, whose numbers differ)",
     ),
-    "rl.one_step_off_policy": _none(
+    "rl.off_policy_steps": _none(
         "tirl's own trainer only: a verl launch samples on-policy (verl's one-step-off-policy"
-        " recipe is a separate entry point)"
+        " and fully async recipes, staleness_threshold, are separate entry points)"
+    ),
+    "rl.one_step_off_policy": _none(
+        "tirl's own trainer only (rl.off_policy_steps: 1): a verl launch samples on-policy"
     ),
     "rl.tis_cap": _verl(
         "algorithm.rollout_correction.rollout_is",
