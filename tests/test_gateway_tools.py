@@ -335,3 +335,35 @@ def test_the_tool_agent_example_runs_through_the_gateway_as_tirls_rollout(chat_t
     assert traj.segments[1].text.endswith("</tool_call>") and traj.segments[3].text.startswith(
         "The answer"
     )
+
+
+def test_a_bad_tools_request_fails_alone_and_smollm2_gets_the_hermes_rendering(
+    chat_tok, chat_model, smollm2
+):
+    """Over HTTP: a bad `tools` is a 400 naming the field while another session's call with
+    tools is answered; SmolLM2's plain ChatML template takes tools the hermes_tools way."""
+    from transformers import AutoTokenizer
+
+    assert tool_rendering(AutoTokenizer.from_pretrained(smollm2)).mode == "hermes"
+    model = forced(chat_model, chat_tok, [])  # writes eos at once
+    messages = [{"role": "user", "content": QUESTION}]
+
+    async def main():
+        async with serving(model, chat_tok) as gateway:
+            bad, good = gateway.open_session(), gateway.open_session()
+            async with aiohttp.ClientSession(trust_env=False) as http:
+
+                async def post(session, tools):
+                    url = f"{session.base_url}/chat/completions"
+                    body = {"messages": messages, "tools": tools, "max_tokens": 4}
+                    async with http.post(url, json=body) as r:
+                        return r.status, await r.json()
+
+                return await asyncio.gather(
+                    post(bad, [TOOLS[0], {"type": "function", "function": {"name": ""}}]),
+                    post(good, TOOLS),
+                )
+
+    (status, error), (ok, answer) = asyncio.run(main())
+    assert status == 400 and error["error"]["param"] == "tools[1].function.name"
+    assert ok == 200 and answer["choices"][0]["finish_reason"] == "stop"
