@@ -19,8 +19,8 @@ import dataclasses
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from tirl.backends.hf import HFEngine
 from tirl.apps.server import CompletionServer
+from tirl.backends.hf import HFEngine
 
 PROMPTS = ["A:\n", "D:\n", "Compute 12 * 34."]
 NO_HANG_S = 120.0  # bound on what must not hang (not a speed requirement)

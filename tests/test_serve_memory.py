@@ -20,8 +20,8 @@ import pytest
 import torch
 from aiohttp.test_utils import TestClient, TestServer
 
-from tirl.backends.hf import HFEngine, KVBudgetError
 from tirl.apps.server import CompletionServer
+from tirl.backends.hf import HFEngine, KVBudgetError
 
 NO_HANG_S = 120.0  # bound on what must not hang (not a speed requirement)
 PROMPTS = ["A:\n", "D:\n", "Compute 12 * 34."]

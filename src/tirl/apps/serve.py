@@ -67,8 +67,8 @@ def serve_model(
     refusal = bind_refusal(host, api_key, insecure_no_auth, "--api-key-env")
     if refusal:
         raise ValueError(refusal)
-    from tirl.backends.hf import position_bytes
     from tirl.apps.server import serve
+    from tirl.backends.hf import position_bytes
     from tirl.cpu import configure_threads
     from tirl.models.tiny import load_policy
     from tirl.rollout.engines import EngineSpec, make_engine

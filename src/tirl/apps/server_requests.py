@@ -33,11 +33,14 @@ from typing import Any
 from tirl.apps.server_tools import (
     ToolCalls,
     ToolRequestError,
+    clip,
     render_tool_chat,
+    show_value,
     tool_calls_of,
     tool_rendering,
     tool_settings,
     uses_tools,
+    value_kind,
 )
 
 # How a prompt's text becomes token ids. `tirl serve` tokenizes it whole (`plain_encoder`);
@@ -159,9 +162,9 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     except RecursionError:
         raise BadRequest("body", "the request body is JSON nested too deeply") from None
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an int of > 4300 digits
-        raise BadRequest("body", f"the request body is not valid JSON ({_clip(str(e))})") from None
+        raise BadRequest("body", f"the request body is not valid JSON ({clip(str(e))})") from None
     if not isinstance(body, dict):
-        raise BadRequest("body", f"the request body must be a JSON object, got {_kind(body)}")
+        raise BadRequest("body", f"the request body must be a JSON object, got {value_kind(body)}")
     return body
 
 
@@ -227,7 +230,7 @@ def parse_chat(
         raise BadRequest(e.param, str(e)) from None
     except Exception as e:  # a template's own raise_exception(), or one it cannot handle
         raise BadRequest(
-            "messages", f"the chat template cannot render these messages: {_clip(str(e))}"
+            "messages", f"the chat template cannot render these messages: {clip(str(e))}"
         ) from None
     ids = (encode or plain_encoder(tokenizer))(_text(text, "messages"))
     _check_prompt_ids(ids, limits, "messages")
@@ -260,14 +263,14 @@ def _params(body: dict[str, Any], limits: ModelLimits, chat: bool) -> dict[str, 
     if best_of is not None and (type(best_of) is not int or best_of != n):
         raise BadRequest(
             "best_of",
-            f"best_of is not supported (only null or equal to n, {n}), got {_show(best_of)}",
+            f"best_of is not supported (only null or equal to n, {n}), got {show_value(best_of)}",
         )
     logprobs = None if chat else body.get("logprobs")  # chat: only the neutral false
     if logprobs is not None and (type(logprobs) is not int or logprobs not in (0, 1)):
         raise BadRequest(
             "logprobs",
             "logprobs must be null, 0 or 1 (the sampled tokens' log-probs; top alternatives"
-            f" are not computed), got {_show(logprobs)}",
+            f" are not computed), got {show_value(logprobs)}",
         )
     stream = _bool(body, "stream", False)
     if stream and logprobs is not None:
@@ -284,7 +287,7 @@ def _params(body: dict[str, Any], limits: ModelLimits, chat: bool) -> dict[str, 
         include_usage = _bool(options, "include_usage", False, "stream_options.include_usage")
     user = body.get("user")
     if user is not None and not isinstance(user, str):
-        raise BadRequest("user", f"user must be a string, got {_kind(user)}")
+        raise BadRequest("user", f"user must be a string, got {value_kind(user)}")
     return dict(
         max_tokens=max_tokens,
         temperature=_temperature(body),
@@ -337,11 +340,11 @@ def _check_fields(body: dict[str, Any], known: set[str], neutral: dict[str, tupl
             raise BadRequest(
                 name,
                 f"{name} is not supported by tirl serve (only null or {allowed}, which change"
-                f" nothing), got {_show(value)}",
+                f" nothing), got {show_value(value)}",
             )
         raise BadRequest(
-            _clip(name, 100),
-            f"unknown field {_clip(name, 100)!r}; this endpoint takes: {', '.join(sorted(known))}",
+            clip(name, 100),
+            f"unknown field {clip(name, 100)!r}; this endpoint takes: {', '.join(sorted(known))}",
         )
 
 
@@ -359,11 +362,11 @@ def _check_model(body: dict[str, Any], limits: ModelLimits) -> None:
     if model is None:
         return
     if not isinstance(model, str):
-        raise BadRequest("model", f"model must be a string, got {_kind(model)}")
+        raise BadRequest("model", f"model must be a string, got {value_kind(model)}")
     if model not in limits.names:
         raise BadRequest(
             "model",
-            f"the model {_clip(model, 200)!r} does not exist here; this server has"
+            f"the model {clip(model, 200)!r} does not exist here; this server has"
             f" {', '.join(sorted(limits.names))} (GET /v1/models)",
             status=404,
             code="model_not_found",
@@ -375,7 +378,9 @@ def _int(body: dict[str, Any], name: str, default: Any, low: int, high: int) -> 
     if value is None:
         return default
     if type(value) is not int or not low <= value <= high:
-        raise BadRequest(name, f"{name} must be an integer in [{low}, {high}], got {_show(value)}")
+        raise BadRequest(
+            name, f"{name} must be an integer in [{low}, {high}], got {show_value(value)}"
+        )
     return value
 
 
@@ -385,7 +390,7 @@ def _bool(body: dict[str, Any], name: str, default: bool, label: str | None = No
         return default
     if not isinstance(value, bool):
         raise BadRequest(
-            label or name, f"{label or name} must be true or false, got {_show(value)}"
+            label or name, f"{label or name} must be true or false, got {show_value(value)}"
         )
     return value
 
@@ -402,7 +407,7 @@ def _temperature(body: dict[str, Any]) -> float:
     ):
         raise BadRequest(
             "temperature",
-            f"temperature must be a finite number in [0, {MAX_TEMPERATURE:g}], got {_show(value)}",
+            f"temperature must be a finite number in [0, {MAX_TEMPERATURE:g}], got {show_value(value)}",
         )
     return float(value)
 
@@ -413,7 +418,9 @@ def _stops(body: dict[str, Any]) -> tuple[str, ...]:
         return ()
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise BadRequest("stop", f"stop must be a string or a list of strings, got {_show(value)}")
+        raise BadRequest(
+            "stop", f"stop must be a string or a list of strings, got {show_value(value)}"
+        )
     if len(stops) > MAX_STOPS:
         raise BadRequest("stop", f"stop may hold at most {MAX_STOPS} strings, got {len(stops)}")
     for s in stops:
@@ -438,7 +445,7 @@ def _prompts(body: dict[str, Any], limits: ModelLimits, encode: Encode) -> list[
         raise BadRequest(
             "prompt",
             "prompt must be a string, a non-empty list of token ids, or a list of strings or"
-            f" of token-id lists, got {_show(prompt)}",
+            f" of token-id lists, got {show_value(prompt)}",
         )
     if len(items) > MAX_PROMPTS:
         raise BadRequest("prompt", f"at most {MAX_PROMPTS} prompts per request, got {len(items)}")
@@ -476,7 +483,7 @@ def _check_prompt_ids(ids: list, limits: ModelLimits, field: str) -> None:
             raise BadRequest(
                 field,
                 f"token ids must be integers in [0, {limits.vocab_size - 1}] (the vocabulary),"
-                f" got {_show(i)}",
+                f" got {show_value(i)}",
             )
     if len(ids) >= limits.max_len:
         raise BadRequest(
@@ -496,14 +503,16 @@ def _check_prompt_ids(ids: list, limits: ModelLimits, field: str) -> None:
 def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise BadRequest("messages", f"messages must be a non-empty list, got {_show(messages)}")
+        raise BadRequest(
+            "messages", f"messages must be a non-empty list, got {show_value(messages)}"
+        )
     if len(messages) > MAX_MESSAGES:
         raise BadRequest("messages", f"at most {MAX_MESSAGES} messages, got {len(messages)}")
     out = []
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
-            raise BadRequest(where, f"{where} must be an object, got {_kind(m)}")
+            raise BadRequest(where, f"{where} must be an object, got {value_kind(m)}")
         role = m.get("role")
         allowed = {"role", "content", "name"}
         allowed |= {"tool_calls"} if role == "assistant" else set()
@@ -511,7 +520,7 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         extra = set(m) - allowed
         if extra:
             name = sorted(extra)[0]
-            raise BadRequest(f"{where}.{_clip(name, 100)}", f"{where}: {name!r} is not supported")
+            raise BadRequest(f"{where}.{clip(name, 100)}", f"{where}: {name!r} is not supported")
         if role not in ROLES:
             raise BadRequest(f"{where}.role", f"{where}.role must be one of {', '.join(ROLES)}")
         calls = m.get("tool_calls")
@@ -555,22 +564,3 @@ def _text(text: str, field: str) -> str:
     except UnicodeEncodeError:
         raise BadRequest(field, f"{field} holds a lone surrogate (not valid Unicode)") from None
     return text
-
-
-def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "an array", bool: "a boolean", str: "a string"}
-    names.update({type(None): "null", int: "an integer", float: "a number"})
-    return names.get(type(value), type(value).__name__)
-
-
-def _show(value: Any) -> str:
-    """A short JSON rendering of a bad value for an error message."""
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return _clip(text, 60)
-
-
-def _clip(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -123,7 +123,7 @@ def tool_settings(body: dict[str, Any]) -> ToolSettings:
     if tools is None:
         tools = []
     if not isinstance(tools, list):
-        raise ToolRequestError("tools", f"tools must be a list, got {_kind(tools)}")
+        raise ToolRequestError("tools", f"tools must be a list, got {value_kind(tools)}")
     if len(tools) > MAX_TOOLS:
         raise ToolRequestError("tools", f"at most {MAX_TOOLS} tools, got {len(tools)}")
     names = set()
@@ -141,55 +141,57 @@ def tool_settings(body: dict[str, Any]) -> ToolSettings:
         raise ToolRequestError(
             "tool_choice",
             f'tool_choice may be "auto" or "none" (the server reads the calls the model writes;'
-            f" it cannot force one), got {_show(choice)}",
+            f" it cannot force one), got {show_value(choice)}",
         )
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise ToolRequestError(
             "parallel_tool_calls",
-            f"parallel_tool_calls must be true or false, got {_show(parallel)}",
+            f"parallel_tool_calls must be true or false, got {show_value(parallel)}",
         )
     return ToolSettings(tools, choice, True if parallel is None else parallel)
 
 
 def _check_tool(tool: Any, where: str) -> str:
     if not isinstance(tool, dict):
-        raise ToolRequestError(where, f"{where} must be an object, got {_kind(tool)}")
+        raise ToolRequestError(where, f"{where} must be an object, got {value_kind(tool)}")
     extra = sorted(set(tool) - {"type", "function"})
     if extra:
-        raise ToolRequestError(f"{where}.{_clip(extra[0])}", f"{where}: {extra[0]!r} is unknown")
+        raise ToolRequestError(
+            f"{where}.{clip(extra[0], 100)}", f"{where}: {extra[0]!r} is unknown"
+        )
     if tool.get("type") != "function":
         raise ToolRequestError(
-            f"{where}.type", f'{where}.type must be "function", got {_show(tool.get("type"))}'
+            f"{where}.type", f'{where}.type must be "function", got {show_value(tool.get("type"))}'
         )
     function = tool.get("function")
     if not isinstance(function, dict):
         raise ToolRequestError(
-            f"{where}.function", f"{where}.function must be an object, got {_kind(function)}"
+            f"{where}.function", f"{where}.function must be an object, got {value_kind(function)}"
         )
     extra = sorted(set(function) - FUNCTION_KEYS)
     if extra:
         raise ToolRequestError(
-            f"{where}.function.{_clip(extra[0])}",
+            f"{where}.function.{clip(extra[0], 100)}",
             f"{where}.function: {extra[0]!r} is unknown (it takes {', '.join(sorted(FUNCTION_KEYS))})",
         )
     name = function.get("name")
     if not isinstance(name, str) or not FUNCTION_NAME.fullmatch(name):
         raise ToolRequestError(
             f"{where}.function.name",
-            f"{where}.function.name must be 1 to 64 letters, digits, _ or -, got {_show(name)}",
+            f"{where}.function.name must be 1 to 64 letters, digits, _ or -, got {show_value(name)}",
         )
     description = function.get("description")
     if description is not None and not isinstance(description, str):
         raise ToolRequestError(
             f"{where}.function.description",
-            f"{where}.function.description must be a string, got {_kind(description)}",
+            f"{where}.function.description must be a string, got {value_kind(description)}",
         )
     parameters = function.get("parameters")
     if parameters is not None and not isinstance(parameters, dict):
         raise ToolRequestError(
             f"{where}.function.parameters",
-            f"{where}.function.parameters must be a JSON Schema object, got {_kind(parameters)}",
+            f"{where}.function.parameters must be a JSON Schema object, got {value_kind(parameters)}",
         )
     strict = function.get("strict")
     if strict is not None and not isinstance(strict, bool):
@@ -204,17 +206,17 @@ def tool_calls_of(value: Any, where: str) -> list[dict]:
     `{"id"?, "type": "function", "function": {"name", "arguments": <an object>}}` with its
     arguments parsed from their JSON string, as a chat template takes them."""
     if not isinstance(value, list):
-        raise ToolRequestError(where, f"{where} must be a list, got {_kind(value)}")
+        raise ToolRequestError(where, f"{where} must be a list, got {value_kind(value)}")
     if len(value) > MAX_CALLS:
         raise ToolRequestError(where, f"{where} may hold at most {MAX_CALLS} calls")
     calls = []
     for j, call in enumerate(value):
         at = f"{where}[{j}]"
         if not isinstance(call, dict):
-            raise ToolRequestError(at, f"{at} must be an object, got {_kind(call)}")
+            raise ToolRequestError(at, f"{at} must be an object, got {value_kind(call)}")
         extra = sorted(set(call) - {"id", "type", "function"})
         if extra:
-            raise ToolRequestError(f"{at}.{_clip(extra[0])}", f"{at}: {extra[0]!r} is unknown")
+            raise ToolRequestError(f"{at}.{clip(extra[0], 100)}", f"{at}: {extra[0]!r} is unknown")
         if call.get("type", "function") != "function":
             raise ToolRequestError(f"{at}.type", f'{at}.type must be "function"')
         if call.get("id") is not None and not isinstance(call["id"], str):
@@ -239,13 +241,15 @@ def _arguments(value: Any, where: str) -> dict:
     if isinstance(value, dict):  # not the wire format, but unambiguous
         return value
     if not isinstance(value, str):
-        raise ToolRequestError(where, f"{where} must be a JSON string, got {_kind(value)}")
+        raise ToolRequestError(where, f"{where} must be a JSON string, got {value_kind(value)}")
     try:
         arguments = json.loads(value)
     except (ValueError, RecursionError) as e:
-        raise ToolRequestError(where, f"{where} is not valid JSON ({_clip(str(e))})") from None
+        raise ToolRequestError(where, f"{where} is not valid JSON ({clip(str(e))})") from None
     if not isinstance(arguments, dict):
-        raise ToolRequestError(where, f"{where} must hold a JSON object, got {_kind(arguments)}")
+        raise ToolRequestError(
+            where, f"{where} must hold a JSON object, got {value_kind(arguments)}"
+        )
     return arguments
 
 
@@ -365,19 +369,21 @@ def _name_args(call: dict) -> dict:
     return {"name": call["function"]["name"], "arguments": call["function"]["arguments"]}
 
 
-def _kind(value: Any) -> str:
+def value_kind(value: Any) -> str:
+    """What a JSON value is, in words, for an error message ("an array", "null")."""
     names = {dict: "an object", list: "an array", bool: "a boolean", str: "a string"}
     names.update({type(None): "null", int: "an integer", float: "a number"})
     return names.get(type(value), type(value).__name__)
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """A short JSON rendering of a bad value for an error message."""
     try:
         text = json.dumps(value)
     except (TypeError, ValueError):
         text = repr(value)
-    return _clip(text, 60)
+    return clip(text, 60)
 
 
-def _clip(text: str, limit: int = 100) -> str:
+def clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
