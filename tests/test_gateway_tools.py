@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import openai
 import pytest
 from test_tool_calls import QWEN_STYLE_TEMPLATE, _rollout, qwen_style  # noqa: F401
 
@@ -166,7 +167,6 @@ BAD = [
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tool_choice": {"type": "function", "function": {"name": "python"}}}, "tool_choice"),
     ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
-    ({"stream": True}, "stream"),
     ({"messages": [*BASE, _assistant(arguments="{not json")]},
      "messages[2].tool_calls[0].function.arguments"),
     ({"messages": [*BASE, _assistant(arguments="[1]")]},
@@ -367,3 +367,41 @@ def test_a_bad_tools_request_fails_alone_and_smollm2_gets_the_hermes_rendering(
     (status, error), (ok, answer) = asyncio.run(main())
     assert status == 400 and error["error"]["param"] == "tools[1].function.name"
     assert ok == 200 and answer["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_streamed_call_comes_whole_as_a_tool_calls_delta_and_is_recorded_as_sampled(
+    chat_tok, chat_model
+):
+    """verifiers' own chat programs stream with tools: the openai SDK's stream of a call."""
+    call = HERMES_TOOLS.render_code(CODE)
+    tape, _ = _tape(chat_tok, SYSTEM, call)
+    model = forced(chat_model, chat_tok, tape)
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+
+    async def main():
+        async with serving(model, chat_tok) as gateway:
+            session = gateway.open_session()
+            # trust_env=False: never through a proxy from the environment; loopback only.
+            async with openai.DefaultAsyncHttpxClient(trust_env=False) as http:
+                client = openai.AsyncOpenAI(
+                    base_url=session.base_url, api_key="unused", http_client=http, max_retries=0
+                )
+                stream = await client.chat.completions.create(
+                    model="tiny", messages=messages, tools=TOOLS, parallel_tool_calls=False,
+                    stream=True, stream_options={"include_usage": True},
+                )  # fmt: skip
+                chunks = [chunk async for chunk in stream]
+            return chunks, list(session.calls)
+
+    chunks, calls = asyncio.run(main())
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert deltas[0].role == "assistant"
+    assert all(not d.content for d in deltas)  # the call never leaks out as text
+    (last,) = [c.choices[0] for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert last.finish_reason == "tool_calls"
+    (streamed,) = last.delta.tool_calls
+    assert streamed.index == 0 and streamed.id.startswith("call_") and streamed.type == "function"
+    assert streamed.function.name == "python"
+    assert streamed.function.arguments == '{"code": "print(6 * 7)"}'
+    assert chunks[-1].usage.completion_tokens == len(calls[0].completion_ids)
+    assert calls[0].returned_text == call  # recorded as sampled, for the next splice

@@ -11,7 +11,8 @@ evaluation processes. Endpoints:
   calls as vLLM's hermes parser serves them (`tirl.apps.server_tools`): the tools and the
   conversation's calls rendered by the template, or the way tirl's `hermes_tools` writes them
   where the template is plain ChatML; the completion's `<tool_call>` blocks come back as
-  `message.tool_calls` with `finish_reason: "tool_calls"` (not streamed);
+  `message.tool_calls` with `finish_reason: "tool_calls"` (streamed: the completion's text
+  and calls come whole at its end, a content delta and a tool_calls delta);
 - `GET /health`: 200 while the engine's step loop serves requests, 503 once it has died or
   while the server drains; with the key it also says what is running, queued and held.
 
@@ -473,8 +474,7 @@ class CompletionServer:
                     message = f"generation failed: {type(payload).__name__}: {payload}"
                     await send({"error": {"message": message, "type": "server_error"}})
                     break
-                text, ids, finish, stop_reason = payload
-                await send(self._chunk(req, rid, index, text, ids, finish, stop_reason))
+                await send(self._chunk(req, rid, index, *payload))
                 finished += kind == "end"
             else:
                 if req.include_usage:
@@ -513,18 +513,23 @@ class CompletionServer:
             delta = text[sent_chars:end] if end > sent_chars else ""
             fresh = new_ids[sent_ids:] if req.return_token_ids else []
             if delta or fresh:
-                events.put_nowait(("delta", index, (delta, fresh, None, None)))
+                events.put_nowait(("delta", index, (delta, fresh, None, None, None)))
                 sent_chars, sent_ids = max(end, sent_chars), len(new_ids)
 
+        # With tools, text may turn out to be a call, known only once the completion is
+        # whole: it is sent at the end, as content and tool_calls deltas (vLLM's order).
+        hook = None if req.tools is not None else on_token
         try:
-            c = await self._choice(req, ids, max_tokens, seed, on_token)
+            c = await self._choice(req, ids, max_tokens, seed, hook)
         except Exception as e:
             events.put_nowait(("error", index, e))
             raise
         rest_ids = c.ids[sent_ids:] if req.return_token_ids else []
-        events.put_nowait(
-            ("end", index, (c.text[sent_chars:], rest_ids, c.finish_reason, c.stop_reason))
-        )
+        text, finish, calls = c.text[sent_chars:], c.finish_reason, None
+        called = req.tools.message(c.text) if req.tools is not None else None
+        if called:
+            text, finish, calls = called["content"] or "", "tool_calls", called["tool_calls"]
+        events.put_nowait(("end", index, (text, rest_ids, finish, c.stop_reason, calls)))
         return c
 
     def _chunk(
@@ -536,6 +541,7 @@ class CompletionServer:
         ids: list[int],
         finish: str | None,
         stop_reason: str | None,
+        calls: list[dict] | None = None,
         role: bool = False,
     ) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": index}
@@ -543,6 +549,8 @@ class CompletionServer:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
             if text:
                 delta["content"] = text
+            if calls:  # whole calls, each with its index in the message, as deltas carry them
+                delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
             choice["delta"] = delta
         else:
             choice["text"] = text

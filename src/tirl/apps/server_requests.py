@@ -203,12 +203,6 @@ def parse_chat(
         messages = _messages(body)
     except ToolRequestError as e:
         raise BadRequest(e.param, str(e)) from None
-    if settings.parse_calls and params["stream"]:
-        raise BadRequest(
-            "stream",
-            "stream is not supported with tools (calls are read from the whole completion);"
-            ' send stream: false, or tool_choice: "none"',
-        )
     if not getattr(tokenizer, "chat_template", None):
         raise BadRequest(
             "messages",

@@ -33,8 +33,11 @@ which the gateway splices the next prompt with, stays the completion as sampled.
 `parallel_tool_calls: false` stops a choice as soon as a call closes, as tirl's rollout
 stops at a call (exact match): a model SFT'd in `hermes_tools` never wrote past one.
 
-Not covered: streaming with tools (a 400: calls are read from the whole completion);
-`tool_choice` "required" or a named function; calls in any format but Hermes JSON.
+Streaming with tools: a call is known only once the completion is whole, so nothing of a
+choice is streamed before its end; then its content and its calls come as one delta each
+(`delta.tool_calls[i]` with `index`, `id`, `type` and the whole `function`).
+
+Not covered: `tool_choice` "required" or a named function; calls in any format but Hermes JSON.
 """
 
 from __future__ import annotations
