@@ -78,9 +78,12 @@ def test_auto_takes_the_samplers_log_probs_only_where_they_are_the_trainers(tiny
     assert not old_logprobs_from_sampler(RLConfig(old_logprobs="trainer"), ours, partial=False)
     assert not old_logprobs_from_sampler(auto, server, partial=False)
     assert old_logprobs_from_sampler(RLConfig(old_logprobs="sampler"), server, False)
-    # a stale batch: the trainer recomputes the proximal policy (AReaL's decoupled PPO)
-    assert not old_logprobs_from_sampler(RLConfig(off_policy_steps=2), ours, partial=False)
-    assert not old_logprobs_from_sampler(RLConfig(one_step_off_policy=True), ours, False)
+    # a stale batch: pi_old is the behaviour policy, the sampler's own numbers; with a cap,
+    # the trainer recomputes the proximal policy (AReaL's decoupled PPO)
+    assert old_logprobs_from_sampler(RLConfig(off_policy_steps=2), ours, partial=False)
+    assert old_logprobs_from_sampler(RLConfig(one_step_off_policy=True), ours, False)
+    stale_capped = RLConfig(off_policy_steps=2, tis_cap=2.0)
+    assert not old_logprobs_from_sampler(stale_capped, ours, partial=False)
     hf.close()
 
 

@@ -320,9 +320,10 @@ class RLConfig:
         " the update (one forward pass; the proximal policy when rollouts are stale or the"
         " sampler differs); sampler = the sampling engine's own, no pass (exact only when"
         " sampler and trainer agree: hf engine, same dtype, no partial rollouts; docs/vllm.md);"
-        " auto = sampler where they agree (the hf engine, on-policy, no partial rollouts, no"
-        " rl.tis_cap, no bf16 update), else trainer (with rl.off_policy_steps >= 1 the"
-        " proximal policy of AReaL's decoupled PPO, rl.tis_cap weighting the stale sampler)",
+        " auto = sampler where they agree (the hf engine, no partial rollouts, no rl.tis_cap,"
+        " no bf16 update; off-policy too: then pi_old is the behaviour policy), else trainer"
+        " (with rl.off_policy_steps >= 1 and rl.tis_cap the proximal policy of AReaL's"
+        " decoupled PPO, rl.tis_cap truncating the behaviour weight)",
     )
     off_policy_steps: int = setting(
         0,
@@ -331,8 +332,8 @@ class RLConfig:
         " the one that sampled it (AReaL's max_head_offpolicyness, prime-rl's async_level);"
         " updates run in order in a thread of their own while the next steps sample on a"
         " copy of the weights, which gets a finished update's weights at a step boundary"
-        " once k are pending (rl/staleness_mean); old_logprobs auto recomputes the proximal"
-        " policy; a step takes about max(sampling, update); 0 = on-policy; not with partial"
+        " once k are pending (rl/staleness_mean); pi_old is the sampler's (with rl.tis_cap:"
+        " AReaL's decoupled PPO); a step takes about max(sampling, update); 0 = on-policy; not with partial"
         " rollouts, torchrun or vLLM's sleep mode",
     )
     one_step_off_policy: bool = setting(

@@ -41,31 +41,33 @@ from tirl.train.update import (
 
 def old_logprobs_from_sampler(cfg: RLConfig, engine: EngineCapabilities, partial: bool) -> bool:
     """Whether the update takes the sampler's log-probabilities as pi_old (`rl.old_logprobs`).
-    `auto` does where the sampler computes the trainer's own numbers for the trainer's own
-    weights: an engine whose `logprobs_match_trainer` (tirl's HF engine: the trainer's model
-    or a copy of it, in its dtype, untempered log-probs), on-policy (`rl.off_policy_steps`
-    0), without partial rollouts (several policy versions in one trajectory), TIS (which
-    corrects against the trainer's pass) or a bf16 update (the engine samples in the weights'
-    dtype).
+    `auto` does where the sampler computes the trainer's own numbers for the weights that
+    sampled: an engine whose `logprobs_match_trainer` (tirl's HF engine: the trainer's model
+    or a copy of it, in its dtype, untempered log-probs), without partial rollouts (several
+    policy versions in one trajectory), TIS (which corrects against the trainer's pass) or a
+    bf16 update (the engine samples in the weights' dtype).
 
-    Off-policy (k >= 1) `auto` recomputes: the batch was sampled by a behaviour policy
-    pi_behav up to k versions old, and the update follows AReaL's decoupled PPO objective
-    (Fu et al. 2025, "AReaL: A Large-Scale Asynchronous Reinforcement Learning System for
-    Language Reasoning", arXiv:2505.24298, §5.2 "Decoupled PPO Objective"), per model token t:
+    Off-policy (`rl.off_policy_steps` k >= 1) the batch was sampled by a behaviour policy
+    pi_behav up to k versions old. Without `rl.tis_cap`, pi_old is pi_behav (the sampler's
+    numbers): PPO's clipped ratio pi_theta / pi_behav is the importance weight, as verl's
+    one-step-off and prime-rl's async trainer use it. With `rl.tis_cap` the trainer
+    recomputes, and the update is AReaL's decoupled PPO objective (Fu et al. 2025, "AReaL: A
+    Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning",
+    arXiv:2505.24298, "Decoupled PPO Objective"), per model token t:
 
-        J(theta) = E_{a_t ~ pi_behav}[ pi_prox(a_t) / pi_behav(a_t)
+        J(theta) = E_{a_t ~ pi_behav}[ min(pi_prox(a_t) / pi_behav(a_t), tis_cap)
                    * min(u_t A_t, clip(u_t, 1 - eps_low, 1 + eps_high) A_t) ],
         u_t = pi_theta(a_t) / pi_prox(a_t)
 
-    where pi_prox, the proximal policy, is the trainer's weights before this update
-    (this scoring pass: the PPO ratio's pi_old, so the trust region is around the newest
-    weights, not the stale sampler's), and the behaviour weight pi_prox / pi_behav is the
-    sampler's log-probabilities against it, applied with `rl.tis_cap` as
-    min(pi_prox / pi_behav, tis_cap) (`tirl.algos.mismatch.truncated_is_weights`: AReaL's
-    weight, truncated; without a cap the batch is trained as if pi_prox had sampled it)."""
+    where pi_prox, the proximal policy, is the trainer's weights before this update (this
+    scoring pass: the trust region is around the newest weights, not the stale sampler's),
+    and the behaviour weight is truncated (`tirl.algos.mismatch.truncated_is_weights`).
+    Recomputing without the behaviour weight (`old_logprobs: trainer`, no cap) would train
+    a stale batch as if pi_prox had sampled it: measured worse as k grows
+    (docs/benchmarks/history.md, "Async RL with a staleness bound")."""
     if cfg.old_logprobs != "auto":
         return cfg.old_logprobs == "sampler"
-    agree = engine.logprobs_match_trainer and cfg.staleness_bound == 0
+    agree = engine.logprobs_match_trainer
     return agree and not partial and cfg.tis_cap is None and not cfg.bf16
 
 
