@@ -45,8 +45,8 @@ reproducible at its seed. With k >= 2 an update may be running during a push, so
 copies the weights after each update and the engine loads that copy, never a half-updated
 model (memory: up to k copies of the weights). Each batch's lag is `rl/staleness_mean` /
 `_max` (the trajectories' `policy_version`, the engine's update count when they were sampled);
-pi_old is the trainer's proximal policy, with the sampler's log-probs as truncated importance
-weights under `rl.tis_cap` (`tirl.train.learner.old_logprobs_from_sampler`). A checkpoint
+pi_old is the sampler's (the behaviour policy), or with `rl.tis_cap` the trainer's proximal
+policy and the truncated behaviour weight (`tirl.train.learner.old_logprobs_from_sampler`). A checkpoint
 finishes and pushes every pending update first, in a resumed run as in an uninterrupted one,
 so checkpoints hold whole steps.
 
