@@ -9,7 +9,9 @@ one); `parallel_tool_calls`. Assistant messages may carry `tool_calls` in the Op
 `role: "tool"` messages their `tool_call_id`. Every error names its field
 (`tools[1].function.name`, `messages[3].tool_calls[0].function.arguments`).
 
-Rendering (`render_tool_chat`), by what the tokenizer's chat template can do (`tool_rendering`):
+Rendering (`render_tool_chat`) of a request with `tools` or an assistant's `tool_calls` (one
+with neither, tool messages included, is the template's alone, as before), by what the
+tokenizer's chat template can do (`tool_rendering`):
 - a template that renders `tools=`, an assistant's calls exactly as `hermes_tools` writes them
   and tool messages (Qwen2.5's): the template, with the calls' arguments as objects;
 - a ChatML template that renders none of them (the tiny model's, SmolLM2's): the conversation
@@ -315,8 +317,10 @@ def _probe(tokenizer) -> ToolRendering | None:
 
 
 def uses_tools(messages: list[dict], settings: ToolSettings) -> bool:
-    """Whether a request needs tool rendering (tools, calls or tool messages in it)."""
-    return bool(settings.tools) or any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
+    """Whether a request needs tool rendering: tools, or an assistant's calls in it. Tool
+    messages alone are the template's to render, as they were before tools came (SmolLM2's
+    writes an `<|im_start|>tool` turn), as vLLM renders them."""
+    return bool(settings.tools) or any(m.get("tool_calls") for m in messages)
 
 
 def render_tool_chat(tokenizer, messages: list[dict], settings: ToolSettings) -> str:
