@@ -1,4 +1,4 @@
-"""`tirl study races`: RACES's composition study on a tiny model
+"""`tirl study races`: RACES's composition study (the tiny model or SmolLM2)
 (`tirl.studies.races_study`)."""
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from tirl.config import ConfigError, load_config
 
 
 def cmd_study_races(args: argparse.Namespace) -> int:
-    """`tirl study races [CONFIG] [overrides]`: RACES's composition study on a tiny model;
+    """`tirl study races [CONFIG] [--quick] [--resume] [overrides]`: RACES's composition study;
     with `--report-only`, the report of a finished study folder again, without training."""
     from tirl.studies.races_report import finished_problem, write_study_report
 
     out = Path(args.out)
-    if args.report_only and args.sft_from:
-        raise ConfigError("--report-only trains nothing; --sft-from is for a study that trains")
+    if args.report_only and (args.sft_from or args.resume or args.quick):
+        given = "--sft-from" if args.sft_from else "--resume" if args.resume else "--quick"
+        raise ConfigError(f"--report-only trains nothing; {given} is for a study that trains")
     if args.report_only:
         problem = finished_problem(out)
         if problem:
@@ -27,13 +28,17 @@ def cmd_study_races(args: argparse.Namespace) -> int:
         return 0
     from tirl.studies.races_study import RacesStudyConfig
 
-    cfg = load_config(RacesStudyConfig, args.config or preset_path("races_study"), args.overrides)
+    config = args.config or preset_path("races_study")
+    cfg = load_config(RacesStudyConfig, config, args.overrides)
+    if args.quick:  # the config's own shrink first, so the command's overrides still win
+        cfg = load_config(RacesStudyConfig, config, [*cfg.study.quick, *args.overrides])
     require_device(cfg.run.device)
     from tirl.apps.evaluation import evaluation
     from tirl.studies.races_study import run_study
 
     sft_from = Path(args.sft_from) if args.sft_from else None
-    _print_summary(run_study(cfg, out, evaluation(), write_study_report, sft_from), out)
+    results = run_study(cfg, out, evaluation(), write_study_report, sft_from, args.resume)
+    _print_summary(results, out)
     return 0
 
 
@@ -88,5 +93,16 @@ def add_parser(sub) -> None:
         help="start every arm from the SFT model of the study in FOLDER instead of training"
         " one: to change RL or evaluation settings without repeating SFT (refused unless"
         " FOLDER's SFT start was made from the same settings and task sets)",
+    )  # fmt: skip
+    p.add_argument(
+        "--quick", action="store_true",
+        help="the same study shrunk (fewer steps, items, arms, one seed): the config's"
+        " study.quick overrides, applied before the command's own",
+    )  # fmt: skip
+    p.add_argument(
+        "--resume", action="store_true",
+        help="continue the killed study in --out (same config, overrides and --quick): a"
+        " finished SFT, arm or evaluation is not redone; an arm killed mid-RL continues from"
+        " its last checkpoint (run.rl.checkpoint_every) or starts over",
     )  # fmt: skip
     p.set_defaults(func=cmd_study_races)

@@ -77,8 +77,24 @@ STUDY_ENTRIES: tuple[str, ...] = (
     r"study\.md",
     r"report\.html",
     r"plots",
+    r"study_config\.json",
 )
 EVAL_SETS = ("atomic", "compositions")
+# The resolved config of the study, compared on --resume (a resumed study is the same study).
+STUDY_CONFIG = "study_config.json"
+# Keys a resumed study may change: where and how fast it runs, not what it computes.
+RESUME_FREE = ("run.threads", "study.quick")
+# `--quick` on the tiny preset: one seed, the individual, RACES and curriculum arms, half the
+# RL steps, a quarter of the held-out compositions (SFT as is: the start must copy its input).
+QUICK = (
+    "study.seeds=[0]",
+    "study.arms=[individual,races,curriculum]",
+    "study.arm_items=100",
+    "study.atomic_items=16",
+    "study.per_cell=1",
+    "run.rl.steps=6",
+    "run.eval.every_rl_steps=3",
+)
 # sft/inputs.json: what a study's SFT start was made from, for a later study's `sft_from`.
 SFT_INPUTS = "inputs.json"
 # The settings the SFT start depends on; a study that starts from another's SFT may change the
@@ -148,6 +164,11 @@ class StudySettings:
     )
     keep_policies: bool = setting(
         False, doc="keep every arm's RL policy and trainer state (about 10 MB per arm and variant)"
+    )
+    quick: list[str] = setting(
+        factory=lambda: list(QUICK),
+        doc="the overrides `--quick` applies before the command's own: the same study, shrunk"
+        " (fewer steps, items, arms, one seed); each `key=value` as on the command line",
     )
 
 
@@ -264,11 +285,14 @@ def run_study(
     evaluation: Evaluation,
     report: StudyReport,
     sft_from: Path | None = None,
+    resume: bool = False,
 ) -> dict:
     """Write the task sets, train and evaluate every arm, write the report; its results. With
     `sft_from`, a finished study folder whose SFT start was made from the same inputs
     (`sft_inputs`), every arm starts from that start instead of a new SFT, evaluated again
-    under this study's evaluation settings."""
+    under this study's evaluation settings. With `resume`, continue the study in `out_dir`
+    made with the same config (`STUDY_CONFIG`): a finished SFT, arm or evaluation is not
+    redone (`_train_all`)."""
     if cfg.run.rl.adaptive_batch:
         raise ConfigError(
             "run.rl.adaptive_batch must be false: adaptive batches sample more rollouts for some"
@@ -304,12 +328,20 @@ def run_study(
     out_dir = Path(out_dir)
     tasks_dir = out_dir / "tasks"
     inputs = sft_inputs(base_config(cfg, tasks_dir), tasks.sft)
+    if resume and sft_from is not None:
+        raise ConfigError(
+            "--resume continues with the study's own SFT start (copied there from --sft-from"
+            " when it began); leave --sft-from out"
+        )
+    if resume:
+        check_same_study(cfg, out_dir)
     if sft_from is not None:
         problem = sft_start_problem(sft_from, out_dir, inputs, cfg.run.variants)
         if problem:
             raise ConfigError(f"--sft-from {sft_from}: {problem}")
     quiet_transformers(cfg.run)
-    with claim_folder(out_dir, "study", STUDY_ENTRIES, resume=False):
+    with claim_folder(out_dir, "study", STUDY_ENTRIES, resume=resume):
+        write_text(out_dir / STUDY_CONFIG, json.dumps(to_dict(cfg), indent=2))
         manifest = write_task_files(tasks, tasks_dir)
         manifest.update(
             arms=list(s.arms),
@@ -325,17 +357,63 @@ def run_study(
                     sft_from / "sft" / variant / "sft", out_dir / "sft" / variant / "sft"
                 )
         write_text(out_dir / "sft" / SFT_INPUTS, json.dumps(inputs, indent=2))
-        asyncio.run(_train_all(cfg, out_dir, evaluation, reuse_sft=sft_from is not None))
+        reuse_sft = sft_from is not None or resume
+        asyncio.run(_train_all(cfg, out_dir, evaluation, reuse_sft, resume))
         return report(out_dir)
 
 
+def check_same_study(cfg: RacesStudyConfig, out_dir: Path) -> None:
+    """A study folder is resumed only with the config that made it (but `RESUME_FREE`)."""
+    saved_path = out_dir / STUDY_CONFIG
+    if not saved_path.is_file():
+        raise ConfigError(
+            f"cannot resume {out_dir}: it has no {STUDY_CONFIG} (no study started there)"
+        )
+    try:
+        saved = flat_keys(json.loads(saved_path.read_text()))
+    except (ValueError, AttributeError):
+        raise ConfigError(f"cannot resume {out_dir}: its {STUDY_CONFIG} is not JSON") from None
+    ours = flat_keys(to_dict(cfg))
+    free = [k for k in ours.keys() | saved.keys() if k.startswith(RESUME_FREE)]
+    differ = sorted(
+        k for k in ours.keys() | saved.keys() if k not in free and ours.get(k) != saved.get(k)
+    )
+    if differ:
+        raise ConfigError(
+            f"cannot resume {out_dir}: its study was made with other settings ({', '.join(differ)}"
+            " differ); resume with the same config, overrides and --quick"
+        )
+
+
+def arm_finished(run_dir: Path, variant: str) -> bool:
+    """The arm's final evaluation of every set is recorded (and its samples written)."""
+    progress = run_dir / "eval_progress.json"
+    try:
+        done = json.loads(progress.read_text()).get(variant, {}).get("rl", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return all(
+        name in done and (run_dir / "samples" / f"{variant}_rl_{name}.jsonl").is_file()
+        for name in EVAL_SETS
+    )
+
+
+def _drop_policies(run_dir: Path, variant: str) -> None:
+    for kept in ("rl", "rl_state", "engine_policy"):
+        shutil.rmtree(run_dir / variant / kept, ignore_errors=True)
+
+
 async def _train_all(
-    cfg: RacesStudyConfig, out_dir: Path, evaluation: Evaluation, reuse_sft: bool
+    cfg: RacesStudyConfig, out_dir: Path, evaluation: Evaluation, reuse_sft: bool, resume: bool
 ) -> None:
+    """SFT once per variant, then every seed's arms. Reusing a start (`--sft-from`, or a
+    resumed study's finished SFT) is the pipeline's resume: the saved tokenizer and weights
+    are loaded and the start is evaluated unless that evaluation is recorded. On `resume` an
+    arm whose final evaluation is recorded is skipped; any other arm is the pipeline's resume
+    too: its RL continues from its last checkpoint (`run.rl.checkpoint_every`) or starts over
+    (the pipeline drops the records of the steps it runs again, so each is logged once)."""
     tasks_dir = out_dir / "tasks"
     base = base_config(cfg, tasks_dir)
-    # Reusing a start is the pipeline's resume: the saved tokenizer and weights are loaded, and
-    # the start is evaluated, as this folder has no evaluation of it yet.
     sft_pipeline = Pipeline(base, out_dir / "sft", evaluation, resume=reuse_sft)
     sft_pipeline.prepare()  # one tokenizer, trained on the SFT set, for every run
     async with sandbox_for(base) as sandbox:
@@ -347,8 +425,13 @@ async def _train_all(
             start = copy.deepcopy(model.state_dict())
             for seed in cfg.study.seeds:
                 for arm in cfg.study.arms:
+                    run_dir = out_dir / f"seed{seed}" / arm
+                    if resume and arm_finished(run_dir, variant):
+                        if not cfg.study.keep_policies:  # killed before they were removed
+                            _drop_policies(run_dir, variant)
+                        continue
                     arm_cfg = arm_config(base, tasks_dir, arm, seed)
-                    pipeline = Pipeline(arm_cfg, out_dir / f"seed{seed}" / arm, evaluation)
+                    pipeline = Pipeline(arm_cfg, run_dir, evaluation, resume=resume)
                     pipeline.prepare(sft_pipeline.tokenizer)
                     model.load_state_dict(start)
                     seed_everything(seed)
@@ -357,6 +440,5 @@ async def _train_all(
                     finally:
                         pipeline.logger.close()
                     if not cfg.study.keep_policies:  # the metrics and samples are the result
-                        for kept in ("rl", "rl_state", "engine_policy"):
-                            shutil.rmtree(pipeline.run_dir / variant / kept, ignore_errors=True)
+                        _drop_policies(run_dir, variant)
     sft_pipeline.logger.close()
