@@ -106,3 +106,6 @@ def add_parser(sub) -> None:
         " its last checkpoint (run.rl.checkpoint_every) or starts over",
     )  # fmt: skip
     p.set_defaults(func=cmd_study_races)
+    from tirl.cli import study_synth
+
+    study_synth.add_parser(study_sub)

@@ -14,20 +14,22 @@ line never lands on a fragment. The output folder is locked while a run works in
 When an item fails with an exception (a teacher that keeps refusing, the request budget), the
 stage lets the items already in flight finish and be recorded, then re-raises: the run stops,
 and `--resume` continues it. `OUT/trajectories.jsonl` (SFT-ready, see `tirl.synth.formats`) and
-the report are rewritten from the stage files at the end of every run.
+the report are rewritten from the stage files at the end of every run. Each stage's wall time
+and the items it ran are added up in `OUT/stage_times.json`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from tirl.config import ConfigError, dump_yaml
-from tirl.files import lock_folder, repair_jsonl, replacing
+from tirl.files import lock_folder, repair_jsonl, replacing, write_text
 from tirl.synth.config import STAGE_NAMES, SynthConfig
 from tirl.synth.formats import sft_record
 from tirl.synth.records import Item, Rejected, read_records
@@ -39,10 +41,11 @@ StageFn = Callable[[Item, Context], Awaitable[Outcome]]
 
 async def run_stage(
     name: str, fn: StageFn, items: Iterable[Item], ctx: Context, log: StageLog, concurrency: int
-) -> None:
+) -> int:
+    """Run `fn` over the items not yet in `log`; returns how many it ran."""
     todo = [it for it in items if it.id not in log]
     if not todo:
-        return
+        return 0
     gate = asyncio.Semaphore(concurrency)
     bar = tqdm(total=len(todo), desc=f"synth: {name}", unit="item", leave=False)
 
@@ -59,6 +62,18 @@ async def run_stage(
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:
         raise errors[0]
+    return len(todo)
+
+
+def add_stage_time(out: Path, name: str, seconds: float, items: int) -> None:
+    """Add one stage's wall time and the items it ran to `OUT/stage_times.json` (summed over
+    the runs of a resumed folder: the time spent on what each run did)."""
+    path = out / "stage_times.json"
+    times = json.loads(path.read_text()) if path.exists() else {}
+    row = times.setdefault(name, {"seconds": 0.0, "items": 0})
+    row["seconds"] = round(row["seconds"] + seconds, 3)
+    row["items"] += items
+    write_text(path, json.dumps(times, indent=2))
 
 
 def _read_stage(input_path: str, cfg: SynthConfig, log: StageLog) -> dict[str, int]:
@@ -114,10 +129,13 @@ async def _run(cfg: SynthConfig, input_path: str, out: Path, max_requests: int |
             ctx.sandbox = sandbox
         for name in cfg.enabled():
             log = StageLog(stage_path(out, STAGE_NAMES.index(name) + 1, name))
+            start = time.perf_counter()
             try:
-                await run_stage(name, STAGES[name], items, ctx, log, cfg.concurrency)
+                ran = await run_stage(name, STAGES[name], items, ctx, log, cfg.concurrency)
             finally:
                 log.close()
+            if ran:
+                add_stage_time(out, name, time.perf_counter() - start, ran)
             items = log.kept(order)
     finally:
         for client in (ctx.teacher, ctx.judge):

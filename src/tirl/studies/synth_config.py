@@ -1,0 +1,149 @@
+"""The config of `tirl study synth` and its problems (`tirl.studies.synth_study`): light to
+import, so that a bad key or problem source is one line before torch is loaded.
+
+Problems: reasoning-gym items through tirl's `reasoning_gym` task source, its question as the
+problem (the line asking for an `<answer>` tag dropped: here answers are `\\boxed{}`) and its
+answer as the reference; train items from the train split, held-out items from the test split
+(a question goes to one split by its hash, so the two never share one).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tirl.config import setting
+from tirl.files import write_text
+from tirl.run.config import RunConfig
+from tirl.synth.config import LimitsConfig, StagesConfig
+from tirl.tasks import make_source
+from tirl.tasks.sources.reasoning_gym import ANSWER_REQUEST
+
+# `--quick`: the same study, shrunk (on SmolLM2 about a quarter of an hour on 2 cores).
+QUICK = (
+    "study.problems=32",
+    "study.heldout_items=40",
+    "teacher.cot_max_tokens=192",
+    "teacher.max_tokens=384",
+    "run.sft.steps=10",
+    "run.rl.steps=2",
+    "run.rl.warmup_steps=1",
+)
+
+
+def _sources_problem(sources: list[dict[str, Any]]) -> str | None:
+    if not sources:
+        return "must list at least one reasoning-gym dataset"
+    for i, entry in enumerate(sources):
+        if not isinstance(entry, dict) or "dataset" not in entry:
+            return f"[{i}] must be {{dataset: NAME, config: {{...}}}}"
+        unknown = set(entry) - {"dataset", "config", "stream_size"}
+        if unknown:
+            return (
+                f"[{i}] has unknown key {sorted(unknown)[0]!r} (keys: dataset, config, stream_size)"
+            )
+    return None
+
+
+@dataclass
+class StudySettings:
+    """What is synthesized, held out and compared."""
+
+    sources: list[dict[str, Any]] = setting(
+        factory=lambda: [
+            {"dataset": "gsm_symbolic"},
+            {
+                "dataset": "basic_arithmetic",
+                "config": {
+                    "max_terms": 3,
+                    "max_digits": 3,
+                    "operators": ["+", "-", "*"],
+                    "allow_parentheses": False,
+                    "allow_negation": False,
+                },
+            },
+        ],  # fmt: skip
+        doc="reasoning-gym datasets the problems come from, in turn: [{dataset: NAME, config:"
+        " {...its keys}}]",
+        check=_sources_problem,
+    )
+    problems: int = setting(300, ">= 1", "train problems the teacher synthesizes from")
+    heldout_items: int = setting(100, ">= 1", "held-out problems every arm is evaluated on")
+    scripted_source: dict[str, Any] = setting(
+        factory=lambda: {"source": "arithmetic", "kinds": ["product", "mod", "chain"], "digits": 3},
+        doc="the task source whose teacher-free demonstrations the scripted arm is trained on",
+    )
+    scripted_examples: int = setting(
+        0, ">= 0", "the scripted arm's demonstrations; 0: as many as the synth arm's"
+    )
+    task_seed: int = setting(0, ">= 0", "seeds the problem streams")
+
+
+@dataclass
+class TeacherSettings:
+    """The teacher: `tirl serve` of a model on a free loopback port, for synthesis only."""
+
+    model: str = setting("smollm2-135m-instruct", doc="model name or saved folder to serve")
+    threads: int = setting(0, ">= 0", "the server's torch threads; 0 follows tirl.cpu")
+    max_batch: int = setting(32, ">= 1", "sequences the server decodes together")
+    concurrency: int = setting(32, "[1, 10000]", "requests in flight")
+    cot_max_tokens: int = setting(256, ">= 1", "tokens of the teacher's own chain of thought")
+    max_tokens: int = setting(512, ">= 1", "tokens of each code-ify, correction or judge reply")
+    temperature: float = setting(0.0, "[0, 100]", "sampling temperature (0: greedy)")
+    timeout_s: float = setting(1800.0, "(0, 86400]", "per request, in seconds")
+    start_timeout_s: float = setting(600.0, "(0, 86400]", "seconds the server may take to start")
+
+
+@dataclass
+class SynthStudyConfig:
+    study: StudySettings = setting(factory=StudySettings, doc="the comparison")
+    teacher: TeacherSettings = setting(factory=TeacherSettings, doc="the served teacher")
+    stages: StagesConfig = setting(
+        factory=lambda: StagesConfig(decontaminate=False),
+        doc="which synthesis stages run (held-out items are another split already)",
+    )
+    limits: LimitsConfig = setting(factory=LimitsConfig, doc="code limits per block")
+    run: RunConfig = setting(factory=RunConfig, doc="model, SFT, RL and evaluation of every arm")
+
+
+
+# ------------------------------------------------------------------------------ problems
+
+
+def problem_sources(cfg: SynthStudyConfig) -> list:
+    """The reasoning-gym task sources (ConfigError naming study.sources[i] for a bad one)."""
+    made = []
+    for i, entry in enumerate(cfg.study.sources):
+        full = {"source": "reasoning_gym", "seed": cfg.study.task_seed, **entry}
+        made.append(make_source(full, f"study.sources[{i}]", seed=cfg.study.task_seed))
+    return made
+
+
+def _row(task, source_name: str) -> dict:
+    question = task.problem.removesuffix(ANSWER_REQUEST).rstrip()
+    answer = task.answer.removeprefix("<answer>").removesuffix("</answer>").strip()
+    return {"id": task.id, "problem": question, "answer": answer, "source": source_name}
+
+
+def problem_rows(sources: list, n: int, split: str) -> list[dict]:
+    """`n` items of `split`, the sources in turn (item k of source j is row k * len + j)."""
+    rows = []
+    for i in range(n):
+        src = sources[i % len(sources)]
+        rows.append(_row(src.item(split, i // len(sources)), src.dataset))
+    return rows
+
+
+def write_problems(cfg: SynthStudyConfig, out: Path) -> dict[str, Path]:
+    sources = problem_sources(cfg)
+    paths = {
+        "train": out / "problems" / "train.jsonl",
+        "heldout": out / "problems" / "heldout.jsonl",
+    }
+    for name, n, split in (("train", cfg.study.problems, "train"),
+                           ("heldout", cfg.study.heldout_items, "test")):  # fmt: skip
+        rows = problem_rows(sources, n, split)
+        write_text(paths[name], "".join(json.dumps(r) + "\n" for r in rows))
+    return paths
