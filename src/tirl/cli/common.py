@@ -21,6 +21,23 @@ def preset_path(name: str) -> Path:
     return Path(str(resources.files("tirl") / "presets" / f"{name}.yaml"))
 
 
+# `--model NAME` (tirl quickstart, tirl ablate): the bundled preset for a pretrained instruct model
+REAL_MODEL_PRESET = "real_model"
+
+
+def with_model(
+    config: str | None, overrides: list[str], model: str | None
+) -> tuple[str | None, list[str]]:
+    """The config and overrides of a command given `--model NAME`: the real-model preset (or
+    the config given) with `model.name_or_path: NAME`; without `--model`, as given."""
+    if model is None:
+        return config, overrides
+    return config or str(preset_path(REAL_MODEL_PRESET)), [
+        f"model.name_or_path={model}",
+        *overrides,
+    ]
+
+
 def load_run_config(path: str | None, overrides: list[str]):
     from tirl.run.config import RunConfig
 
@@ -39,11 +56,11 @@ def add_config_args(p: argparse.ArgumentParser, default: str = DEFAULT_CONFIG) -
     p.set_defaults(takes_overrides=True)  # also those after an option (tirl.cli._split_overrides)
 
 
-def add_resume_arg(p: argparse.ArgumentParser) -> None:
+def add_resume_arg(p: argparse.ArgumentParser, where: str = "the run in out_dir/name") -> None:
     p.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run in out_dir/name: finished phases are loaded, RL continues"
+        help=f"continue {where}: finished phases are loaded, RL continues"
         " from its last checkpoint (rl.checkpoint_every), nothing is logged twice",
     )
 

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import argparse
 
-from tirl.cli.common import add_config_args, add_resume_arg, load_run_config, preset_path
+from tirl.cli.common import (
+    REAL_MODEL_PRESET,
+    add_config_args,
+    add_resume_arg,
+    load_run_config,
+    with_model,
+)
 from tirl.cliargs import check_model_source, require_device
-
-# `tirl quickstart --model NAME`: the bundled preset for a pretrained instruct model
-REAL_MODEL_PRESET = "real_model"
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    config, overrides = args.config, args.overrides
-    model = getattr(args, "model", None)
-    if model is not None:  # the real-model preset (or the config given), with this model
-        config = config or str(preset_path(REAL_MODEL_PRESET))
-        overrides = [f"model.name_or_path={model}", *overrides]
+    config, overrides = with_model(args.config, args.overrides, getattr(args, "model", None))
     cfg = load_run_config(config, overrides)  # before torch: errors come at once
     if cfg.model.name_or_path:  # a server engine needs the model's tokenizer only
         from tirl.rollout.engines import ENGINES

@@ -582,14 +582,16 @@ OTHER_GAINS_NOTE = (
 
 
 def _markdown(title, rows, training, plots, picked, config, run_dir, gains=(), extra=()) -> str:
-    """`extra`: (notes, other comparisons)."""
-    notes, others = extra or ((), ())
+    """`extra`: (notes, other comparisons, the caller's tables)."""
+    notes, others, tables = extra or ((), (), ())
     out = [f"# {title}", ""]
     headline = _headline(rows)
     if headline:
         out += [f"**{headline}**", ""]
     if notes:
         out += ["## Warnings", "", *(f"- {n}" for n in notes), ""]
+    for heading, note, header, body in tables:
+        out += [f"## {heading}", "", *([note, ""] if note else []), _md_table(header, body), ""]
     out += ["## Evaluation", ""]
     if rows:
         out += [_md_table(*_table_cells(rows, _present_columns(rows, _COLUMN_SPEC))), ""]
@@ -649,7 +651,7 @@ def _html_table(header: list[str], body: list[list[str]]) -> str:
 
 
 def _html(title, rows, training, plots, picked, config, tokenizer=None, gains=(), extra=()) -> str:
-    notes, others = extra or ((), ())
+    notes, others, tables = extra or ((), (), ())
     out = [element("h1", title)]
     headline = _headline(rows)
     if headline:
@@ -657,6 +659,9 @@ def _html(title, rows, training, plots, picked, config, tokenizer=None, gains=()
     if notes:
         items = "".join(element("li", n) for n in notes)
         out.append(f'<h2>Warnings</h2><ul class="warnings">{items}</ul>')
+    for heading, note, header, body in tables:
+        out += [element("h2", heading), *([element("p", note)] if note else []),
+                _html_table(header, body)]  # fmt: skip
     out.append("<h2>Evaluation</h2>")
     if rows:
         out.append(_html_table(*_table_cells(rows, _present_columns(rows, _COLUMN_SPEC))))
@@ -697,8 +702,12 @@ def write_report(
     config: dict | None = None,
     max_samples: int = 6,
     tokenizer=None,
+    tables: Sequence[tuple[str, str, list[str], list[list[str]]]] = (),
 ) -> dict[str, Path]:
     """Write `run_dir/plots/*.png`, `run_dir/report.md` and `run_dir/report.html`.
+
+    `tables`: a caller's own results, each (title, note, header, rows), shown first (an
+    ablation's comparison and verdicts).
 
     `samples` may be Trajectory objects or `Trajectory.to_dict()` dicts; at most `max_samples`
     are shown, mixing variants and correct/wrong answers. With `tokenizer` (the one that made
@@ -720,7 +729,7 @@ def write_report(
     others = other_gains(run_dir)
     if others:
         write_text(run_dir / "other_gains.json", json_text(others))
-    extra = (rl_signal_notes(records), others)
+    extra = (rl_signal_notes(records), others, tables)
 
     md_path = run_dir / "report.md"
     md_path.write_text(
