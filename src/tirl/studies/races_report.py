@@ -398,6 +398,13 @@ def claim4_testability(
 
 
 UNTESTABLE = "untestable (the SFT start solves no chain of size 3+)"
+# The arms each claim compares, in order (a study.arms without one cannot judge that claim).
+CLAIM_ARMS = (
+    ("races", "individual"),
+    ("races", "individual"),
+    ("races_small", "individual"),
+    ("seq2", "seq3", "seq4", "seq5"),
+)
 
 
 def curriculum_summary(runs: list[dict]) -> dict[str, dict]:
@@ -559,6 +566,10 @@ def _claims(data, variant, mats, boot, draws, arms, seeds) -> list[dict]:
         claims.append({"D": point, "ci": c4, "verdict": verdict(*c4)})
     else:
         claims.append({"D": math.nan, "ci": (math.nan, math.nan), "verdict": "inconclusive"})
+    for claim, needs in zip(claims, CLAIM_ARMS):  # say why, when an arm it compares is not run
+        missing = [a for a in needs if a not in mats]
+        if missing:
+            claim["verdict"] = f"inconclusive (not run: {', '.join(missing)})"
     return claims
 
 
