@@ -66,6 +66,9 @@ def test_quick_study_with_a_served_tiny_teacher_writes_sane_outputs(tiny_teacher
     assert set(results["arms"]) == {"synth", "scripted", "none"}
     assert results["arms"]["scripted"]["sft_examples"] == 4
     assert results["arms"]["synth"]["sft_examples"] == results["synthesized"]
+    if results["synthesized"] == 0:  # the untrained teacher's garbage: nothing passed
+        assert results["verdict"] == "inconclusive"
+        assert results["arms"]["none"]["same_as"] == "synth"  # the same run, not trained twice
     stages = {s["stage"]: s for s in results["stages"]}
     assert {"cot (teacher)", "codeify", "format"} <= set(stages)
     for s in results["stages"]:

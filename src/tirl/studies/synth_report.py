@@ -119,7 +119,8 @@ def analyse(folder: Path) -> dict:
     for arm in ARMS:
         run = folder / "arms" / arm
         info = json.loads((run / "eval.json").read_text())
-        arms[arm] = {"sft_examples": info["sft_examples"], "wall_s": round(info["wall_s"], 1)}
+        arms[arm] = {"sft_examples": info["sft_examples"], "wall_s": round(info["wall_s"], 1),
+                     "same_as": info.get("same_as")}  # fmt: skip
         for phase in PHASES:
             path = run / "samples" / f"{VARIANT}_{phase}_{EVAL_SET}.jsonl"
             vals = item_values(path)
@@ -171,7 +172,8 @@ def tables(results: dict) -> list[tuple[str, list, list, str]]:
               for s in results["stages"]]  # fmt: skip
     arms = []
     for arm, r in results["arms"].items():
-        arms.append([arm, r["sft_examples"], _ci(r["sft"]["correct"]), _ci(r["rl"]["correct"]),
+        name = f"{arm} (= {r['same_as']}: the same run)" if r.get("same_as") else arm
+        arms.append([name, r["sft_examples"], _ci(r["sft"]["correct"]), _ci(r["rl"]["correct"]),
                      _f(r["rl"]["calls"]["mean"], ".2f"), _f(r["rl"]["tokens"]["mean"], ".1f"),
                      r["rl"]["correct"]["n"], _f(r["wall_s"], ".0f")])  # fmt: skip
     pairs = [[p["pair"], _gain(p["correct_sft"]), _gain(p["correct"]), _gain(p["calls"], "+.2f"),

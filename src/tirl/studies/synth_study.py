@@ -20,7 +20,9 @@ at the scale of one CPU machine:
    evaluated on the same held-out items (greedy): `synth` (SFT on the trajectories that passed
    every stage, all of them), `scripted` (SFT on tirl's teacher-free demonstrations of
    `study.scripted_source`, every one using the interpreter, as many as the synth arm got, or
-   `study.scripted_examples`), `none` (no SFT). Each arm is a pipeline run folder in `arms/`.
+   `study.scripted_examples`), `none` (no SFT). Each arm is a pipeline run folder in `arms/`;
+   an arm whose run would be an earlier arm's exactly (no trajectory passed, so the synth arm
+   has no SFT, like `none`) is that run, copied and marked `same_as`, not trained again.
 4. The analysis and report (`tirl.studies.synth_report`, which the command hands in).
 
 Resuming (`resume`): the problems are rewritten the same (seeded), the teacher's answers come
@@ -34,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -185,29 +188,34 @@ async def teacher_cots(t: TeacherSettings, url: str, rows: list[dict], cache: Pa
 
 
 def synthesize(cfg: SynthStudyConfig, out: Path, train_path: Path) -> None:
-    """The `cot` stage and `tirl synth`'s stages against the served teacher; a finished
-    synthesis (`synth/trajectories.jsonl` and `cot/stage.json`) is not redone."""
+    """The `cot` stage, then `tirl synth`'s stages, against the served teacher. A finished
+    `cot` stage (`cot/stage.json`, with the wall time of the run that finished it) is read
+    back, a finished synthesis (`synth/trajectories.jsonl` too) starts no teacher at all."""
     from tirl.synth.pipeline import run_pipeline
 
     synth_dir, cot_dir = out / "synth", out / "cot"
-    if (synth_dir / "trajectories.jsonl").exists() and (cot_dir / "stage.json").exists():
+    stage_path = cot_dir / "stage.json"
+    if (synth_dir / "trajectories.jsonl").exists() and stage_path.exists():
         return
-    rows = list(read_jsonl(train_path))
-    teacher = ServedTeacher(cfg.teacher, out / "cot" / "server.log")
+    teacher = ServedTeacher(cfg.teacher, cot_dir / "server.log")
     try:
-        start = time.perf_counter()
-        done = asyncio.run(teacher_cots(cfg.teacher, teacher.url, rows, cot_dir / "cache.jsonl"))
-        cot_s = time.perf_counter() - start
-        write_text(cot_dir / "input.jsonl", "".join(json.dumps(r) + "\n" for r in done))
+        if not stage_path.exists():
+            start = time.perf_counter()
+            rows = list(read_jsonl(train_path))
+            done = asyncio.run(
+                teacher_cots(cfg.teacher, teacher.url, rows, cot_dir / "cache.jsonl")
+            )
+            write_text(cot_dir / "input.jsonl", "".join(json.dumps(r) + "\n" for r in done))
+            stage = {"items": len(done), "correct": sum(r["cot_correct"] for r in done),
+                     "answered": sum(bool(r["solution"].strip()) for r in done),
+                     "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
+            write_text(stage_path, json.dumps(stage, indent=2))
         resume = (synth_dir / "stages").is_dir()
         run_pipeline(
             synth_config(cfg, teacher.url), str(cot_dir / "input.jsonl"), synth_dir, resume
         )
     finally:
         teacher.close()
-    stage = {"items": len(done), "correct": sum(r["cot_correct"] for r in done),
-             "answered": sum(bool(r["solution"].strip()) for r in done), "seconds": round(cot_s, 3)}  # fmt: skip
-    write_text(cot_dir / "stage.json", json.dumps(stage, indent=2))
 
 
 # ------------------------------------------------------------------------------ the arms
@@ -248,11 +256,17 @@ async def _train_arms(cfg: SynthStudyConfig, out: Path, evaluation: Evaluation, 
              "trajectories": out / "synth" / "trajectories.jsonl"}  # fmt: skip
     counts = sft_examples(cfg, out)
     tokenizer = None
+    trained: dict[str, str] = {}  # an arm's config (as YAML text) -> the arm that trained it
     async with sandbox_for(cfg.run) as sandbox:
         for arm in ARMS:
             arm_cfg = arm_config(cfg, paths, arm, counts[arm])
             arm_cfg.validate()  # the files it names exist now
             run_dir = out / "arms" / arm
+            key = json.dumps(to_dict(arm_cfg), sort_keys=True)
+            if key in trained:  # no demonstrations: the same run as an earlier arm's, not redone
+                same_as(out / "arms" / trained[key], run_dir, counts[arm])
+                continue
+            trained[key] = arm
             dump_yaml(arm_cfg, _mkdir(run_dir) / "config.yaml")
             pipeline = Pipeline(arm_cfg, run_dir, evaluation, resume=resume)
             pipeline.prepare(tokenizer)
@@ -271,6 +285,23 @@ async def _train_arms(cfg: SynthStudyConfig, out: Path, evaluation: Evaluation, 
             write_text(run_dir / "eval.json", json.dumps(results, indent=2))
             del model, pipeline
             gc.collect()
+
+
+def same_as(source: Path, run_dir: Path, examples: int) -> None:
+    """An arm whose run is `source`'s exactly (both had no demonstrations, so neither had SFT):
+    its evaluations and training log, copied, and `same_as` naming the arm in its eval.json."""
+    done = run_dir / "eval.json"
+    if done.exists() and json.loads(done.read_text()).get("same_as") == source.name:
+        return  # copied by the run before this resume
+    shutil.rmtree(run_dir, ignore_errors=True)
+    _mkdir(run_dir / "samples")
+    for name in ("config.yaml", "metrics.jsonl", "eval_progress.json"):
+        shutil.copyfile(source / name, run_dir / name)
+    for path in (source / "samples").glob("*.jsonl"):
+        shutil.copyfile(path, run_dir / "samples" / path.name)
+    info = json.loads((source / "eval.json").read_text())
+    info.update(sft_examples=examples, same_as=source.name, wall_s=0.0)
+    write_text(run_dir / "eval.json", json.dumps(info, indent=2))
 
 
 def _mkdir(path: Path) -> Path:
