@@ -267,6 +267,8 @@ async def _train_arms(cfg: SynthStudyConfig, out: Path, evaluation: Evaluation, 
                 same_as(out / "arms" / trained[key], run_dir, counts[arm])
                 continue
             trained[key] = arm
+            if _copied(run_dir):  # a copy from before (its config was another arm's then)
+                shutil.rmtree(run_dir)
             dump_yaml(arm_cfg, _mkdir(run_dir) / "config.yaml")
             pipeline = Pipeline(arm_cfg, run_dir, evaluation, resume=resume)
             pipeline.prepare(tokenizer)
@@ -302,6 +304,11 @@ def same_as(source: Path, run_dir: Path, examples: int) -> None:
     info = json.loads((source / "eval.json").read_text())
     info.update(sft_examples=examples, same_as=source.name, wall_s=0.0)
     write_text(run_dir / "eval.json", json.dumps(info, indent=2))
+
+
+def _copied(run_dir: Path) -> bool:
+    done = run_dir / "eval.json"
+    return done.exists() and bool(json.loads(done.read_text()).get("same_as"))
 
 
 def _mkdir(path: Path) -> Path:
