@@ -68,8 +68,8 @@ def add_parser(study_sub) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="the same study shrunk (32 problems, 40 held-out items, SFT 10 steps, RL 2 steps):"
-        " about a quarter of an hour on SmolLM2 on 2 cores; a resume needs it again",
+        help="the same study shrunk (32 problems, 30 held-out items, SFT 6 steps, RL 2 steps of"
+        " 2 prompts; tirl.studies.synth_config.QUICK); a resume needs it again",
     )
     p.add_argument(
         "--resume",
