@@ -149,13 +149,14 @@ def endpoint(t: TeacherSettings, url: str, max_tokens: int) -> EndpointConfig:
 
 def synth_config(cfg: SynthStudyConfig, url: str) -> SynthConfig:
     """`tirl synth`'s config: the study's stages and limits, the served teacher (also the
-    judge), the trajectories in the run's protocol and sandbox output limit."""
+    judge), the trajectories in the run's protocol, tools and sandbox output limit."""
     t = cfg.teacher
     out = SynthConfig(
         stages=cfg.stages,
         limits=cfg.limits,
         teacher=endpoint(t, url, t.max_tokens),
         output_format=cfg.run.protocol.name,
+        tools=list(cfg.run.tools),  # the tools the student is trained with
         concurrency=t.concurrency,
     )
     out.input.skip_bad_records = True  # an empty chain of thought is counted, not fatal
