@@ -144,3 +144,16 @@ def test_resume_needs_a_study_folder(tmp_path, capsys):
 def test_report_only_refuses_flags_that_train(flag, tmp_path, capsys):
     assert main(["study", "races", "--report-only", flag, "--out", str(tmp_path)]) == 2
     assert flag in capsys.readouterr().err
+
+
+def test_the_smollm2_preset_and_its_quick_form_load_with_the_arms_the_study_needs():
+    path = preset_path("races_study_smollm2")
+    full = load_config(RacesStudyConfig, path, [])
+    quick = load_config(RacesStudyConfig, path, full.study.quick)
+    for cfg in (full, quick):
+        assert {"individual", "races", "curriculum"} <= set(cfg.study.arms)
+        assert cfg.run.model.name_or_path == "smollm2-135m-instruct" and cfg.run.model.lora.rank
+        assert cfg.run.prompt.chat and cfg.run.prompt.system
+        assert max(size for size, _ in cfg.study.sft_stages) >= 3
+    assert quick.run.rl.steps < full.run.rl.steps and quick.study.seeds == [0]
+    assert quick.study.sft_stages != full.study.sft_stages
