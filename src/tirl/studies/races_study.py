@@ -27,6 +27,13 @@ folder: metrics.jsonl with the ids of the tasks every update trained on, `train/
 of the final evaluation; the RL policy and trainer state only with `study.keep_policies`), then
 the report's files.
 
+`--quick` (the CLI) loads the config again with `study.quick`'s overrides before the command's
+own: the same study shrunk, with the same tables, claims, plots and report. `resume` continues a
+killed study in its folder, made with the same config (`study_config.json`; `RESUME_FREE` may
+differ): a finished SFT, arm or evaluation is not redone (`_train_all`). The presets:
+`races_study.yaml` (the tiny model) and `races_study_smollm2.yaml` (SmolLM2-135M-Instruct with
+LoRA, sized in its comments).
+
 Seeds: each seed of `study.seeds` draws every arm's own RL task set (`tasks/arm_<arm>_seed<N>.jsonl`,
 from the same pool and mixture) and seeds RL's sampling and state. SFT, the pool and the
 held-out sets come from `study.task_seed` alone and are shared by every seed: every arm of every
