@@ -142,6 +142,7 @@ def test_verdicts_follow_the_ci_of_the_paired_difference():
     assert verdict([-0.3, -0.02])[0] == "not reproduced"
     assert verdict([-0.1, 0.1]) == ("inconclusive", "the CI contains 0")
     assert verdict([math.nan, math.nan])[0] == "inconclusive"
+    assert "cannot separate" in verdict([0.0, 0.0], tied_at=1.0)[1]  # a ceiling
 
 
 def test_claim_rows_pair_items_within_each_seed(tmp_path):
@@ -163,6 +164,10 @@ def test_claim_rows_pair_items_within_each_seed(tmp_path):
     (row,) = claim_rows([tmp_path / "seed0", tmp_path / "seed1"], ["cir", "text-only"], "heldout")
     assert row["n"] == 6 and row["D"] == pytest.approx((1 + 0 + 1 + 0 + 0 - 1) / 6)
     assert row["ci"][0] <= row["D"] <= row["ci"][1]
+    write(0, "-tool-mask", [1, 1, 1, 1])
+    write(0, "cir", [1, 1, 1, 1])
+    (row,) = claim_rows([tmp_path / "seed0"], ["cir", "-tool-mask"], "heldout")
+    assert row["D"] == 0 and row["why"].startswith("both arms score 1 on every item")
 
 
 def test_a_killed_ablation_resumes_where_it_stopped(tmp_path, capsys):

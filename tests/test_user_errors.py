@@ -232,6 +232,7 @@ REQUIRED = {
     ("train",): [],
     ("ablate",): ["--preset", "cir"],
     ("study", "races"): [],
+    ("study", "synth"): [],
     ("eval",): ["{d}/no-model"],
     ("config",): [],
     ("sandbox", "serve"): [],

@@ -10,8 +10,10 @@ item: D = mean over items of (reference correct - arm correct), pooled over seed
 
 Verdicts: "reproduced" when the whole CI lies above 0 (the full recipe is ahead beyond the
 noise of which items were drawn), "not reproduced" when it lies below 0 (the arm without the
-part is ahead), "inconclusive" when it contains 0. The CI covers item sampling only; with one
-seed it says nothing about another seed's RL, which the table's spread over seeds shows.
+part is ahead), "inconclusive" when it contains 0; when both arms answer every item alike at 0
+or 1 the reason says so (a floor or ceiling: the task cannot separate them). The CI covers item
+sampling only; with one seed it says nothing about another seed's RL, which the table's spread
+over seeds shows.
 """
 
 from __future__ import annotations
@@ -35,11 +37,18 @@ CIR_CLAIMS: dict[str, tuple[str, str]] = {
 VERDICTS = ("reproduced", "not reproduced", "inconclusive")
 
 
-def verdict(ci: list[float]) -> tuple[str, str]:
-    """(verdict, why) for the CI of reference - arm."""
+def verdict(ci: list[float], tied_at: float | None = None) -> tuple[str, str]:
+    """(verdict, why) for the CI of reference - arm; `tied_at`: the accuracy both arms share
+    when they answered every item alike at 0 or 1 (a floor or ceiling: the task cannot tell
+    them apart)."""
     low, high = ci
     if math.isnan(low) or math.isnan(high):
         return "inconclusive", "no item was scored in both arms"
+    if tied_at in (0.0, 1.0):
+        return (
+            "inconclusive",
+            f"both arms score {tied_at:.0f} on every item: the task cannot separate them",
+        )
     if low > 0:
         return "reproduced", "the full recipe is ahead: the CI lies above 0"
     if high < 0:
@@ -67,8 +76,11 @@ def claim_rows(seed_dirs: list[Path], arms: list[str], eval_set: str) -> list[di
         if arm not in CIR_CLAIMS:
             continue
         claim, where = CIR_CLAIMS[arm]
-        gain = paired_gain(pooled_correct(seed_dirs, arm, eval_set), reference)
-        word, why = verdict(gain["ci"])
+        scores = pooled_correct(seed_dirs, arm, eval_set)
+        gain = paired_gain(scores, reference)
+        paired = reference.keys() & scores.keys()
+        values = {reference[k] for k in paired} | {scores[k] for k in paired}
+        word, why = verdict(gain["ci"], values.pop() if len(values) == 1 else None)
         rows.append({"arm": arm, "claim": claim, "where": where, **gain,
                      "verdict": word, "why": why})  # fmt: skip
     return rows
