@@ -19,7 +19,9 @@ pytestmark = pytest.mark.skipif(
 
 # A program that never talks to the gateway (it would otherwise notice the trainer is gone):
 # it records its pid and sleeps.
-STUCK_PROGRAM = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+STUCK_PROGRAM = (
+    "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+)
 
 RUNNER = textwrap.dedent(
     """
