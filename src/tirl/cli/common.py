@@ -38,6 +38,15 @@ def with_model(
     ]
 
 
+def load_study_config(cls, config: str | Path, overrides: list[str], quick: bool):
+    """A study's config (`cls` has a `study.quick` list); with `--quick`, loaded again with that
+    list's overrides first, so that the command's own still win (`tirl study races|synth`)."""
+    cfg = load_config(cls, config, overrides)
+    if quick:
+        cfg = load_config(cls, config, [*cfg.study.quick, *overrides])
+    return cfg
+
+
 def load_run_config(path: str | None, overrides: list[str]):
     from tirl.run.config import RunConfig
 

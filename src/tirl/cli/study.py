@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tirl.cli.common import add_config_args, preset_path
+from tirl.cli.common import add_config_args, load_study_config, preset_path
 from tirl.cliargs import output_dir, require_device
-from tirl.config import ConfigError, load_config
+from tirl.config import ConfigError
 
 
 def cmd_study_races(args: argparse.Namespace) -> int:
@@ -29,9 +29,7 @@ def cmd_study_races(args: argparse.Namespace) -> int:
     from tirl.studies.races_study import RacesStudyConfig
 
     config = args.config or preset_path("races_study")
-    cfg = load_config(RacesStudyConfig, config, args.overrides)
-    if args.quick:  # the config's own shrink first, so the command's overrides still win
-        cfg = load_config(RacesStudyConfig, config, [*cfg.study.quick, *args.overrides])
+    cfg = load_study_config(RacesStudyConfig, config, args.overrides, args.quick)
     require_device(cfg.run.device)
     from tirl.apps.evaluation import evaluation
     from tirl.studies.races_study import run_study

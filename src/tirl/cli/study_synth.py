@@ -7,17 +7,16 @@ import shlex
 import sys
 from pathlib import Path
 
-from tirl.cli.common import add_config_args, preset_path
+from tirl.cli.common import add_config_args, load_study_config, preset_path
 from tirl.cliargs import output_dir, require_device
-from tirl.config import load_config
 
 
 def cmd_study_synth(args: argparse.Namespace) -> int:
     """`tirl study synth [CONFIG] [overrides] [--quick] [--resume] --out DIR`."""
-    from tirl.studies.synth_config import QUICK, SynthStudyConfig, problem_sources
+    from tirl.studies.synth_config import SynthStudyConfig, problem_sources
 
-    overrides = [*(QUICK if args.quick else ()), *args.overrides]
-    cfg = load_config(SynthStudyConfig, args.config or preset_path("synth_study"), overrides)
+    config = args.config or preset_path("synth_study")
+    cfg = load_study_config(SynthStudyConfig, config, args.overrides, args.quick)
     require_device(cfg.run.device)
     problem_sources(cfg)  # a bad source is one line, before torch is imported
     from tirl.apps.evaluation import evaluation
@@ -68,8 +67,9 @@ def add_parser(study_sub) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="the same study shrunk (32 problems, 30 held-out items, SFT 6 steps, RL 2 steps of"
-        " 2 prompts; tirl.studies.synth_config.QUICK); a resume needs it again",
+        help="the same study shrunk: the config's study.quick overrides, applied before the"
+        " command's own (by default 32 problems, 30 held-out items, SFT 6 steps, RL 2 steps of 2"
+        " prompts); a resume needs it again",
     )
     p.add_argument(
         "--resume",

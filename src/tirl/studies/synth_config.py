@@ -83,6 +83,11 @@ class StudySettings:
         0, ">= 0", "the scripted arm's demonstrations; 0: as many as the synth arm's"
     )
     task_seed: int = setting(0, ">= 0", "seeds the problem streams")
+    quick: list[str] = setting(
+        factory=lambda: list(QUICK),
+        doc="the overrides `--quick` applies before the command's own: the same study, shrunk"
+        " (fewer problems, items and steps); each `key=value` as on the command line",
+    )
 
 
 @dataclass
