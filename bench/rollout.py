@@ -287,13 +287,33 @@ def setups_for(kv_cache: str = "both", fast_path: str = "both") -> tuple[str, ..
     return tuple(out)
 
 
+def bench_model(name_or_path: str | None, hidden: int):
+    """Part (b)'s model: the random-init toy, or a pretrained one (`--model`: a name tirl
+    knows, such as smollm2-135m-instruct, or a folder), in float32 and eval mode."""
+    if name_or_path is None:
+        return tiny_qwen2(hidden)
+    from transformers import AutoModelForCausalLM
+
+    from tirl.models.sources import model_folder
+
+    folder = model_folder(name_or_path)
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+def describe_model(model, name_or_path: str | None) -> str:
+    c = model.config
+    what = name_or_path or "random-init Qwen2"
+    return (
+        f"{what} ({c.num_hidden_layers} layers, hidden {c.hidden_size}, {c.num_attention_heads}"
+        f" heads, {c.num_key_value_heads} KV heads, vocab {c.vocab_size})"
+    )
+
+
 def run_part_b(
-    w: EngineWorkload, reps: int, hidden: int = 128, setups=("slots+fused", "slots", "padded")
+    w: EngineWorkload, reps: int, model, setups=("slots+fused", "slots", "padded")
 ) -> dict[tuple[str, str], list[dict]]:
     """{(admission, setup): [result per repetition]}; repetition r runs workload seed r in
     every configuration, in an order reversed every other repetition (load drifts)."""
-    torch.set_num_threads(1)
-    model = tiny_qwen2(hidden)
     for setup in setups:  # warm-up, not measured
         kv_cache, fused = SETUPS[setup]
         asyncio.run(_one_run(model, draw(w, 999)[:4], w, "continuous", kv_cache, fused=fused))
@@ -524,9 +544,7 @@ def _op_split(model, rows: int, fused: bool, past: int = 128, passes: int = 20) 
     return ", ".join(f"{name} {sec / wall:.0%}" for name, sec in split.items())
 
 
-def profile_part_b(w: EngineWorkload, hidden: int) -> None:
-    torch.set_num_threads(1)
-    model = tiny_qwen2(hidden)
+def profile_part_b(w: EngineWorkload, model) -> None:
     print(f"\n### Where the time goes (slot cache, workload seed 0; load {_load(os.getloadavg())})")
     print("\nOne run of each admission, wall time by part (share of the run, per step):\n")
     print(_run_breakdown(model, w, ("slots+fused", "slots")))
@@ -581,21 +599,21 @@ def part_a(a) -> None:
 
 def part_b(a) -> None:
     w = EngineWorkload(trajectories=24) if a.quick else EngineWorkload()
+    torch.set_num_threads(a.threads)
+    model = bench_model(a.model, a.hidden)
     t0, load0 = time.perf_counter(), os.getloadavg()
-    results = run_part_b(w, a.reps, a.hidden, setups_for(a.kv_cache, a.fast_path))
+    results = run_part_b(w, a.reps, model, setups_for(a.kv_cache, a.fast_path))
     load1 = os.getloadavg()
     print(f"\n## HFEngine on CPU: static vs continuous batching (medians of {a.reps} reps)\n")
     print(table_b(results))
     print("\nParameters:\n")
     print("\n".join(f"- workload.{k} = {v}" for k, v in describe(w)))
-    print(
-        f"- model = random-init Qwen2 (4 layers, hidden {a.hidden}, 4 heads, 2 KV heads, vocab 512)"
-    )
+    print(f"- model = {describe_model(model, a.model)}")
     print(f"- torch threads = {torch.get_num_threads()}")
     print(f"- load average (1, 5, 15 min) before: {_load(load0)}; after: {_load(load1)}")
     print(f"\n(measured in {time.perf_counter() - t0:.0f} s of wall time)")
     if a.profile:
-        profile_part_b(w, a.hidden)
+        profile_part_b(w, model)
 
 
 def _load(avg) -> str:
@@ -611,7 +629,13 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--reps", type=int, default=5, help="part b repetitions")
-    ap.add_argument("--hidden", type=int, default=128, help="part b model width")
+    ap.add_argument("--hidden", type=int, default=128, help="part b: the toy model's width")
+    ap.add_argument(
+        "--model",
+        help="part b: a pretrained model instead of the random-init toy (smollm2-135m-instruct,"
+        " a folder)",
+    )
+    ap.add_argument("--threads", type=int, default=1, help="part b: torch threads (default 1)")
     ap.add_argument(
         "--kv-cache",
         choices=("both", *CACHES),
