@@ -13,15 +13,15 @@ import pytest
 from tirl.cli import main
 from tirl.config import ConfigError
 from tirl.envs.core import REGISTRY
-from tirl.studies.races_report import (
-    _draws,
+from tirl.studies.races_report import mixture_check, task_row
+from tirl.studies.races_stats import (
+    bootstrap_draws,
     claim4_testability,
     heldout_score,
-    mixture_check,
     start_verdict,
-    task_row,
     verdict,
     versus_start,
+    what_it_would_take,
 )
 from tirl.studies.races_tasks import (
     ARM_SPECS,
@@ -176,7 +176,7 @@ def test_verdicts_and_scores_on_hand_made_cases():
 
 def test_an_arm_against_its_sft_start_is_a_paired_difference_with_a_verdict():
     rng = np.random.default_rng(0)
-    draws = _draws(rng, 3, {"atomic": 6, "compositions": 8})
+    draws = bootstrap_draws(rng, 3, {"atomic": 6, "compositions": 8})
     start = {"atomic": np.array([1.0, 0, 0, 1, 0, 0]), "compositions": np.zeros(8)}
     # every seed solves two more atomic items and half the compositions: beats its start
     better = {"atomic": np.tile([1.0, 1, 1, 1, 0, 0], (3, 1)),
@@ -196,6 +196,25 @@ def test_an_arm_against_its_sft_start_is_a_paired_difference_with_a_verdict():
     )  # fmt: skip
     assert start_verdict(-0.3, -0.1) == "below its SFT start"
     assert start_verdict(math.nan, 0.1) == "no score"
+
+
+def test_what_it_would_take_extrapolates_the_measured_curve_linearly():
+    # by hand: the points (0, 0.30), (3, 0.33), (6, 0.36) lie on a line of slope 0.01; the CI
+    # (-0.05, +0.11) has half-width 0.08, reached after ceil(0.08 / 0.01) = 8 steps; a gain of
+    # 0.03 clears it at 32 * (0.08 / 0.03)^2 = 227.6 -> 228 items
+    w = what_it_would_take([(0, 0.30), (3, 0.33), (6, 0.36)], 0.03, (-0.05, 0.11), 32)
+    assert w["slope"] == pytest.approx(0.01)
+    assert w["half_width"] == pytest.approx(0.08)
+    assert (w["steps"], w["items"]) == (8, 228)
+    # least squares, not the end points: (0, 0.3), (3, 0.2), (6, 0.4) has slope 0.1 / 6
+    assert what_it_would_take([(0, 0.3), (3, 0.2), (6, 0.4)], 0.1, (0, 0.2), 10)["slope"] == (
+        pytest.approx(0.1 / 6)
+    )
+    # no upward trend, no gain, too few points: nothing to extrapolate
+    flat = what_it_would_take([(0, 0.4), (6, 0.3)], -0.1, (-0.2, 0.0), 32)
+    assert flat["slope"] == pytest.approx(-0.1 / 6)
+    assert math.isnan(flat["steps"]) and math.isnan(flat["items"])
+    assert math.isnan(what_it_would_take([(0, 0.4)], 0.0, (0, 0), 32)["slope"])
 
 
 def test_claim_4_is_testable_only_if_the_start_solves_a_chain_of_size_3_or_more():
@@ -245,6 +264,7 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
     # the report's structure
     md = (out / "study.md").read_text()
     for heading in ("## The four claims", "## Every arm", "## What each arm trained on",
+                    "## What it would take (held-out compositions, a linear extrapolation)",
                     "## Held-out compositions by size and operator (code)",
                     "## Held-out compositions by size and operator (text)"):  # fmt: skip
         assert heading in md, heading
@@ -267,6 +287,9 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
     assert page.count("<table>") >= 5 and page.count("data:image/png;base64,") == 5
     results = json.loads((out / "results.json").read_text())
     assert set(results["claims"]) == {"code", "text"}
+    assert set(results["would_take"]) == set(results["arms"])
+    for w in results["would_take"].values():  # the SFT start, the mid-RL eval, the end
+        assert [step for step, _ in w["curve"]][0] == 0 and len(w["curve"]) >= 2
     assert all(len(v) == 4 for v in results["claims"].values())
     for key, row in results["arms"].items():
         assert set(row["vs_sft"]) == {

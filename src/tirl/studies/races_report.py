@@ -38,6 +38,9 @@ start scored from the SFT evaluation's samples on the same items (paired, the sa
 start is one model, the same for every seed), on both sets and on the compositions alone; "beats
 its SFT start" if the CI is above 0, "below its SFT start" if below, else "within the noise".
 An arm no better than where it started says RL taught it nothing, whatever the claims say.
+Where none beats it, "What it would take" extrapolates each arm's measured compositions curve
+linearly (`what_it_would_take`): the RL steps for its gain to reach the noise, and the
+held-out compositions for its measured gain to clear its CI.
 
 The curriculum arm (when it ran) gets its trajectory: each bucket's share of the draws and
 pass rate per RL step and the frontier (plots/curriculum_<variant>.png), and per bucket its
@@ -58,10 +61,19 @@ from tirl.envs.operators import OPERATORS
 from tirl.files import json_text, read_jsonl, write_text
 from tirl.protocol.segments import Trajectory
 from tirl.report_kit import element, figure, figure_html, html_page, html_table, md_table, save_png
+from tirl.studies.races_stats import (
+    bootstrap_draws,
+    ci,
+    claim4_testability,
+    heldout_score,
+    nan_mean,
+    verdict,
+    versus_start,
+    what_it_would_take,
+)
 from tirl.studies.races_tasks import ARM_SPECS, EVAL_SIZES
 
 SETS = ("atomic", "compositions")
-RESAMPLES = 2000
 MATCH_MARGIN = 0.02  # claim 3: "matches" = within this much reward
 ARM_TITLES = {
     "individual": "individual",
@@ -289,112 +301,11 @@ def _stack(data: dict, variant: str, arm: str, s: str, key: str = "reward") -> n
     return np.stack([data["runs"][(variant, arm, seed)]["sets"][s][key] for seed in seeds])
 
 
-def _draws(rng: np.random.Generator, n_seeds: int, n_items: dict[str, int]) -> list[tuple]:
-    """The bootstrap's resamples: (seed indices, {set: item indices})."""
-    return [
-        (rng.integers(0, n_seeds, n_seeds),
-         {s: rng.integers(0, n, n) for s, n in n_items.items()})
-        for _ in range(RESAMPLES)
-    ]  # fmt: skip
-
-
-def _mean(matrix: np.ndarray, seeds: np.ndarray | None = None, items: np.ndarray | None = None):
-    m = matrix if seeds is None else matrix[seeds]
-    m = m if items is None else m[:, items]
-    return float(np.nanmean(m)) if np.isfinite(m).any() else math.nan
-
-
-def heldout_score(mats: dict[str, np.ndarray], draw=None) -> float:
-    """Mean over the held-out sets of each set's mean item score (one resample if `draw`)."""
-    seeds, items = draw if draw is not None else (None, {})
-    return statistics.fmean(_mean(m, seeds, items.get(s)) for s, m in mats.items())
-
-
-def ci(values: list[float]) -> tuple[float, float]:
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return math.nan, math.nan
-    return float(np.percentile(finite, 2.5)), float(np.percentile(finite, 97.5))
-
-
 def train_reward(data: dict, variant: str, arm: str, seed: int) -> float:
     """Mean training reward over the last half of the RL steps."""
     curve = data["runs"][(variant, arm, seed)]["train_curve"]
     tail = [v for _, v in curve[len(curve) // 2 :]]
     return statistics.fmean(tail) if tail else math.nan
-
-
-def verdict(lo: float, hi: float, *, above: float = 0.0) -> str:
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return "inconclusive"
-    if lo > above:
-        return "reproduced"
-    if hi < 0:
-        return "not reproduced"
-    return "inconclusive"
-
-
-def start_verdict(lo: float, hi: float) -> str:
-    """Where an arm ended against the SFT model it started from, on the CI of the difference."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return "no score"
-    if lo > 0:
-        return "beats its SFT start"
-    if hi < 0:
-        return "below its SFT start"
-    return "within the noise"
-
-
-def paired_difference(
-    a: dict[str, np.ndarray], b: dict[str, np.ndarray], draws: list[tuple]
-) -> tuple[float, tuple[float, float]]:
-    """held-out(a) - held-out(b) and its CI, both resampled with the same draws (the same seeds
-    and items: paired). `a` and `b` are [seeds, items] per set, over the same sets."""
-    point = heldout_score(a) - heldout_score(b)
-    return point, ci([heldout_score(a, d) - heldout_score(b, d) for d in draws])
-
-
-def versus_start(arm: dict[str, np.ndarray], start: dict[str, np.ndarray], draws) -> dict:
-    """An arm after RL against its SFT start, on every held-out set and on the compositions
-    alone. `arm` is [seeds, items] per set, `start` [items] per set: every seed starts from
-    the same SFT model, so its row repeats for each seed and the resampling stays paired."""
-    start_rows = {s: np.broadcast_to(v, arm[s].shape) for s, v in start.items()}
-    d, c = paired_difference(arm, start_rows, draws)
-    comp = ("compositions",)
-    cd, cc = paired_difference({s: arm[s] for s in comp}, {s: start_rows[s] for s in comp}, draws)
-    return {"D": d, "ci": c, "verdict": start_verdict(*c), "compositions_D": cd,
-            "compositions_ci": cc, "compositions_verdict": start_verdict(*cc)}  # fmt: skip
-
-
-def claim4_testability(
-    start_comp: dict[str, np.ndarray], sizes: list[int], first_rewards: dict[str, float]
-) -> dict:
-    """Can the size sweep say anything? SEQ-3/4/5 learn only from groups with a success, so if
-    the SFT start solves no held-out chain of size 3+, none of those arms can beat another and
-    claim 4's verdict would be about noise. `start_comp` is the start's per-item composition
-    reward and correctness, `sizes` each item's chain size, `first_rewards` the sweep arms'
-    training reward at their first RL step."""
-    size_of = np.array(sizes)
-    by_size = {}
-    for k in EVAL_SIZES:
-        idx = size_of == k
-        by_size[str(k)] = {
-            "items": int(idx.sum()),
-            "reward": _mean(start_comp["reward"][idx][None]) if idx.any() else math.nan,
-            "accuracy": _mean(start_comp["correct"][idx][None]) if idx.any() else math.nan,
-        }
-    long_chains = start_comp["correct"][size_of >= 3]
-    solved, n = int((long_chains == 1.0).sum()), len(long_chains)
-    testable = solved > 0
-    sentence = (
-        f"claim 4 is testable: the SFT start solves {solved} of {n} held-out compositions of"
-        " size 3+"
-        if testable
-        else f"claim 4 is not testable: the SFT start solves none of the {n} held-out"
-        " compositions of size 3+, so the SEQ-3/4/5 arms start without a success to learn from"
-    )
-    return {"testable": testable, "solved": solved, "of": n, "sft_by_size": by_size,
-            "first_step_train_reward": first_rewards, "sentence": sentence}  # fmt: skip
 
 
 UNTESTABLE = "untestable (the SFT start solves no chain of size 3+)"
@@ -449,7 +360,7 @@ def analyse(data: dict, seed: int = 0) -> dict:
     arms = manifest["arms"]
     rng = np.random.default_rng(seed)
     n_items = {s: len(data["eval_rows"][s]) for s in SETS}
-    draws = _draws(rng, len(seeds), n_items)
+    draws = bootstrap_draws(rng, len(seeds), n_items)
     comp_rows = data["eval_rows"]["compositions"]
     unseen = set(manifest["pool"]["unseen"])
     groups = {
@@ -461,7 +372,8 @@ def analyse(data: dict, seed: int = 0) -> dict:
         with_unseen = [bool(set(r["envs"]) & unseen) for r in comp_rows]
         groups["with an unseen env"] = [i for i, w in enumerate(with_unseen) if w]
         groups["pool envs only"] = [i for i, w in enumerate(with_unseen) if not w]
-    out: dict = {"arms": {}, "claims": {}, "groups": {}, "claim4": {}, "curriculum": {}}
+    out: dict = {"arms": {}, "claims": {}, "groups": {}, "claim4": {}, "curriculum": {},
+                 "would_take": {}}  # fmt: skip
     for variant in manifest["variants"]:
         mats = {arm: {s: _stack(data, variant, arm, s) for s in SETS} for arm in arms}
         start = {s: data["start"][variant][s]["reward"] for s in SETS}
@@ -473,19 +385,28 @@ def analyse(data: dict, seed: int = 0) -> dict:
                 "heldout_ci": ci(boot[arm]),
                 "train_reward": statistics.fmean(trains),
                 "train_reward_ci": ci(_seed_boot(trains, draws)),
-                **{f"{s}_reward": _mean(mats[arm][s]) for s in SETS},
-                **{f"{s}_accuracy": _mean(_stack(data, variant, arm, s, "correct")) for s in SETS},
+                **{f"{s}_reward": nan_mean(mats[arm][s]) for s in SETS},
+                **{f"{s}_accuracy": nan_mean(_stack(data, variant, arm, s, "correct")) for s in SETS},
                 "failed": sum(data["runs"][(variant, arm, sd)]["sets"][s]["failed"]
                               for sd in seeds for s in SETS),
                 "vs_sft": versus_start(mats[arm], start, draws),
             }  # fmt: skip
             out["arms"][f"{variant}/{arm}"] = row
+            curve = _mean_curve(
+                [data["runs"][(variant, arm, sd)]["curves"]["compositions"] for sd in seeds]
+            )
+            vs = row["vs_sft"]
+            out["would_take"][f"{variant}/{arm}"] = {
+                "curve": curve,
+                **what_it_would_take(curve, vs["compositions_D"], vs["compositions_ci"],
+                                     n_items["compositions"]),
+            }  # fmt: skip
             for name, idx in groups.items():
                 comp = mats[arm]["compositions"][:, idx] if idx else np.full((1, 1), np.nan)
                 n = comp.shape[1]
-                vals = [_mean(comp, d[0], rng.integers(0, n, n)) for d in draws]
+                vals = [nan_mean(comp, d[0], rng.integers(0, n, n)) for d in draws]
                 out["groups"][f"{variant}/{arm}/{name}"] = {
-                    "mean": _mean(comp),
+                    "mean": nan_mean(comp),
                     "ci": ci(vals),
                     "items": len(idx),
                 }
@@ -734,6 +655,7 @@ def report_blocks(data: dict, results: dict) -> list[tuple]:
         " from (scored on the same items, paired), on both sets and on the compositions alone;"
         " it beats its SFT start if the CI is above 0, is below it if the CI is below 0, else"
         " it is within the noise.")))  # fmt: skip
+    blocks += _would_take_blocks(results)
     blocks += _claim4_blocks(results, m["variants"])
     for variant in m["variants"]:
         blocks.append(("h2", f"Held-out compositions by size and operator ({variant})"))
@@ -766,6 +688,36 @@ def report_blocks(data: dict, results: dict) -> list[tuple]:
         ])  # fmt: skip
     blocks.append(("table", header, rows))
     return blocks
+
+
+def _would_take_blocks(results: dict) -> list[tuple]:
+    """Each arm's compositions curve and its linear extrapolation (`what_it_would_take`)."""
+    header = ["variant", "arm", "compositions reward by RL step", "slope per RL step",
+              "compositions - SFT start [CI]", "RL steps for a gain of the CI's half-width",
+              "held-out compositions for this gain to clear its CI"]  # fmt: skip
+    rows = []
+    for key, w in results["would_take"].items():
+        variant, arm = key.split("/")
+        vs = results["arms"][key]["vs_sft"]
+        rows.append([
+            variant, ARM_TITLES[arm], ", ".join(f"{s}: {v:.3f}" for s, v in w["curve"]),
+            _fmt(w["slope"], sign=True), _fmt(vs["compositions_D"], vs["compositions_ci"], sign=True),
+            "–" if math.isnan(w["steps"]) else f"{w['steps']:,}",
+            "–" if math.isnan(w["items"]) else f"{w['items']:,}",
+        ])  # fmt: skip
+    return [
+        ("h2", "What it would take (held-out compositions, a linear extrapolation)"),
+        ("table", header, rows),
+        (
+            "p",
+            "Step 0 is the SFT start. The slope is a least-squares fit over the measured"
+            " points; the RL steps are those at that slope for a gain as large as the CI's"
+            " half-width (the noise of this many held-out items); the held-out compositions"
+            " are those at which the measured gain would clear its CI (the half-width"
+            " shrinking as 1/sqrt(items)). '–': no upward trend, or no gain. An estimate from"
+            " few points, not a result.",
+        ),
+    ]
 
 
 def _claim4_blocks(results: dict, variants: list[str]) -> list[tuple]:
