@@ -605,7 +605,7 @@ def report_blocks(data: dict, results: dict) -> list[tuple]:
     """The report as blocks: ("h", text), ("p", text), ("table", header, rows), ("img", file)."""
     m = data["manifest"]
     pool = m["pool"]
-    blocks: list[tuple] = [("h", "RACES composition study, at tiny scale")]
+    blocks: list[tuple] = [("h", "RACES composition study")]
     blocks.append(("p", (
         f"Pool: {len(pool['train'])} integer -> integer environments with the shortest mapper"
         f" code ({', '.join(pool['train'])}). RACES-small: {', '.join(pool['small'])}. Never"
