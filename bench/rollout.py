@@ -2,7 +2,7 @@
 
     python bench/rollout.py [--part a|b|all] [--quick] [--seeds 5] [--steps 10] [--warmup 4]
                             [--replicas 8] [--reps 5] [--kv-cache both|slots|padded]
-                            [--fast-path both|on|off] [--profile]
+                            [--fast-path both|on|off] [--profile] [--model NAME] [--threads 1]
 
 Part (a): step time of four rollout schedules on a simulated cluster.
 
@@ -30,8 +30,9 @@ length for each of its calls + 1 model segments (lognormal, clipped). A segment 
 the engine's stop function once its drawn length is reached (standing for the code block
 closing); then a real `tirl.sandbox` cell runs in the trajectory's session (it sleeps a
 heavy-tailed tool latency and prints a line of drawn length), and the output's tokens are fed
-back. The model is a random-init Qwen2 built from a config (nothing downloaded), with EOS
-disabled so that only the drawn lengths end segments; tool output is tokenized byte-wise.
+back. The model is a random-init Qwen2 built from a config (nothing downloaded), or with
+`--model` a pretrained one (smollm2-135m-instruct, from its PyPI wheel), with EOS disabled so
+that only the drawn lengths end segments; tool output is tokenized byte-wise.
 
 Both admissions get the same rows (`max_batch`) and the same trajectories per repetition:
 - static: `HFEngine(admission="static")`: `max_batch` trajectories are admitted together,
