@@ -295,8 +295,13 @@ def bench_model(name_or_path: str | None, hidden: int):
         return tiny_qwen2(hidden)
     from transformers import AutoModelForCausalLM
 
-    from tirl.models.sources import model_folder
+    from tirl.models.sources import SHIPPED_MODELS, model_folder
 
+    if not (os.path.exists(os.path.expanduser(name_or_path)) or name_or_path in SHIPPED_MODELS):
+        raise SystemExit(
+            f"--model {name_or_path!r}: not a folder, a .gguf file or a shipped model"
+            f" ({', '.join(SHIPPED_MODELS)}); the benchmark downloads nothing"
+        )
     folder = model_folder(name_or_path)
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
