@@ -2,9 +2,10 @@
 
 Run as a script (no tirl import) by `tirl.sandbox.ray_cluster.init_local_ray`:
 `python -I _ray_reaper.py RAYLET_PID`, its stdin a pipe from the starting process, in a
-session of its own (a Ctrl-C in the terminal is not for it). While the pipe is open it notes,
-every `LOOK_EVERY_S`, the processes below the raylet (the dashboard and runtime-env agents,
-idle workers, actors); when the starting process ends, however it ends (kill -9 included), the
+session of its own (a Ctrl-C in the terminal is not for it). It notes the processes below the
+raylet (the dashboard and runtime-env agents, idle workers, actors) at once and writes one line
+to its stdout, which the starter waits for; then, while the pipe is open, it notes them again
+every `LOOK_EVERY_S`. When the starting process ends, however it ends (kill -9 included), the
 pipe reads EOF and every noted process that still runs is killed.
 
 Why: Ray's GCS and raylet die with their starter (they ask the kernel to), but the agents the
@@ -12,7 +13,10 @@ raylet starts only notice a dead raylet by polling, and then try to report it to
 which holds them for one to three minutes (Ray 2.60); a killed `tirl train` would leave them
 behind that long. They are found by the process tree, noted beforehand because a dead raylet's
 children are re-parented, and not by their environment, which their process titles overwrite.
-A pid is killed only if its start time is still the noted one (never a reused pid).
+A pid is killed only if its start time is still the noted one (never a reused pid). The first
+note comes before the starter goes on: a starter killed within the first look would otherwise
+leave the agents unnoted (it happened under load: Ray started, an RL step, kill -9, all within
+a second of the reaper's start).
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ def below(root: int) -> dict[int, str]:
 
 def main() -> None:
     raylet = int(sys.argv[1])
-    noted: dict[int, str] = {}
+    noted = below(raylet)
+    os.write(1, b"noted\n")
     while True:
         readable, _, _ = select.select([0], [], [], LOOK_EVERY_S)
         if readable and not os.read(0, 4096):  # EOF: the starting process has ended

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -90,6 +91,7 @@ def _loopback_only() -> Iterator[None]:
                 os.environ[k] = v
 
 
+REAPER_READY_TIMEOUT_S = 30.0
 _REAPERS: list[subprocess.Popen] = []  # kept: their stdin pipes must stay open while we live
 
 
@@ -110,14 +112,18 @@ def _reap_when_gone(raylet_pid: int | None) -> None:
     if raylet_pid is None or not sys.platform.startswith("linux"):
         return
     script = Path(__file__).with_name("_ray_reaper.py")
-    _REAPERS.append(
-        subprocess.Popen(
-            [sys.executable, "-I", str(script), str(raylet_pid)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,  # a Ctrl-C in the terminal is not for it
-        )
+    reaper = subprocess.Popen(
+        [sys.executable, "-I", str(script), str(raylet_pid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,  # a Ctrl-C in the terminal is not for it
     )
+    _REAPERS.append(reaper)
+    # Its first note of the raylet's processes, before anything else happens here (a kill
+    # right after `ray.init` would otherwise find nothing noted). The timeout only keeps a
+    # reaper that cannot start from hanging us; the cluster then ends as Ray ends it.
+    if select.select([reaper.stdout], [], [], REAPER_READY_TIMEOUT_S)[0]:
+        reaper.stdout.readline()
 
 
 def init_local_ray(num_cpus: int | None = None, **ray_init_kwargs: Any) -> None:
