@@ -101,6 +101,93 @@ def test_micro_batches_and_shards_give_the_gradient_of_the_whole_minibatch(agg):
     assert any(g.abs().sum() > 0 for g in whole)
 
 
+def with_uniform_groups(trajs: list[Trajectory], uniform: dict[int, bool]) -> list[Trajectory]:
+    """`trajs` with every row of the groups in `uniform` scored alike (right or wrong)."""
+    return [
+        dataclasses.replace(t, score=Score(float(uniform[t.meta["task"]]), uniform[t.meta["task"]]))
+        if t.meta["task"] in uniform
+        else t
+        for t in trajs
+    ]
+
+
+class RowCounter:
+    """Counts the rows `model` is run on (forward passes of the update and of batch_logprobs)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.rows = 0
+        model.register_forward_pre_hook(self.count, with_kwargs=True)
+
+    def count(self, module, args, kwargs) -> None:
+        ids = args[0] if args else kwargs["input_ids"]
+        self.rows += ids.shape[0]
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
+def test_rows_of_groups_that_scored_alike_are_skipped_with_the_same_gradient(agg):
+    """GRPO gives a group that scored alike advantage 0 on every row; those rows add exactly 0
+    to the PPO-clip gradient, so the update leaves them out of its passes
+    (rl.skip_zero_advantage) and the gradient stays the minibatch's, on micro-batches and on
+    two ranks too."""
+    torch.manual_seed(0)
+    model = small_model()
+    trajs = with_uniform_groups(synthetic_batch(groups=4, group_size=3), {0: True, 2: False})
+    counter = RowCounter(model)
+    for extra in ({}, {"micro_batch_size": 2}, {"micro_batch_tokens": 24}):
+        base = RLConfig(loss_agg=agg, entropy_coef=0.0, **extra)
+        off = dataclasses.replace(base, skip_zero_advantage=False)
+        counter.rows = 0
+        full = grads_after(model, trajs, off, [Shard()])
+        rows_full = counter.rows
+        counter.rows = 0
+        skipped = grads_after(model, trajs, base, [Shard()])
+        rows_skipped = counter.rows
+        ranks = grads_after(model, trajs, base, [Shard(0, 2), Shard(1, 2)])
+        for a, b, c in zip(full, skipped, ranks):
+            torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(c, a, atol=1e-6, rtol=1e-5)
+        # batch_logprobs (pi_old in grads_after) runs all 12 rows either way; the update runs
+        # 12 without skipping and the 6 rows of the two mixed groups with it
+        assert (rows_full - 12, rows_skipped - 12) == (12, 6), extra
+    assert any(g.abs().sum() > 0 for g in full)
+
+
+def test_a_minibatch_without_any_advantage_still_steps_on_a_zero_gradient():
+    """Every group scored alike: one row still runs (weighted 0), so every gradient is an exact
+    0 tensor, not None, and Adam steps on it as it would have without the skipping."""
+    torch.manual_seed(0)
+    model = small_model()
+    trajs = with_uniform_groups(synthetic_batch(groups=2, group_size=3), {0: True, 1: False})
+    cfg = RLConfig(entropy_coef=0.0)
+    grads = grads_after(model, trajs, cfg, [Shard()])
+    assert all(g is not None and torch.count_nonzero(g) == 0 for g in grads)
+    batch = collate(trajs, 0)
+    adv = torch.zeros(batch.loss_mask.shape)
+    metrics = minibatch_loss_backward(
+        model, batch, torch.arange(len(trajs)), batch_logprobs(model, batch, 0), adv, None, cfg
+    )
+    assert metrics["actor/trained_row_share"] == 0.0
+
+
+def test_rows_are_not_skipped_where_a_term_survives_at_zero_advantage():
+    """An entropy bonus (or a KL term) is nonzero on every row: nothing is skipped then."""
+    torch.manual_seed(0)
+    model = small_model()
+    trajs = with_uniform_groups(synthetic_batch(groups=3, group_size=3), {0: True})
+    batch = collate(trajs, 0)
+    groups = torch.tensor([t.meta["task"] for t in trajs])
+    rewards = torch.tensor([t.score.reward for t in trajs])
+    from tirl.algos.advantages import token_advantages
+
+    adv = token_advantages("grpo", rewards, groups, batch.loss_mask)
+    old = batch_logprobs(model, batch, 0)
+    rows = torch.arange(len(trajs))
+    for cfg, share in ((RLConfig(entropy_coef=0.01), 1.0), (RLConfig(entropy_coef=0.0), 6 / 9)):
+        metrics = minibatch_loss_backward(model, batch, rows, old, adv, None, cfg)
+        assert metrics["actor/trained_row_share"] == pytest.approx(share)
+        assert metrics["actor/ratio_mean"] == pytest.approx(1.0, abs=1e-5)  # a mean, not diluted
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -210,6 +210,7 @@ PERTURBATIONS: list[tuple[str, object, list[str]]] = [
     ("rl.micro_batch_size", 2, []),
     ("rl.micro_batch_tokens", 512, []),
     ("rl.max_grad_norm", 0.5, []),
+    ("rl.skip_zero_advantage", False, []),
     ("rl.old_logprobs", "sampler", []),
     ("rl.tis_cap", 2.0, []),
     ("rl.one_step_off_policy", True, []),

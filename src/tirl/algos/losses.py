@@ -15,7 +15,9 @@ called as
 
 with `[B, T]` tensors and returns `(loss, metrics)`; `params` are its own keyword
 hyper-parameters (`rl.clip_low`, `rl.clip_high`, `rl.clip_ratio_c` for the losses that take
-parameters of those names, plus `rl.policy_loss_params`).
+parameters of those names, plus `rl.policy_loss_params`). A loss that is 0 wherever the
+advantage is 0 carries `zero_at_zero_advantage = True`, so that the update may skip rows
+without an advantage (`tirl.train.update`).
 
 Formulas follow verl `trainer/ppo/core_algos.py` (see research/rl-frameworks.md section 12).
 Not covered here: decoupled (AReaL), GSPO/CISPO/DPPO-style objectives, value losses, the
@@ -185,6 +187,11 @@ def ppo_clip_loss(
             "actor/pg_loss": float(loss.detach().item()),
         }
     return loss, metrics
+
+
+# -A r and -A clip(r) are 0 where A is 0: a row with no advantage adds nothing to the loss or
+# its gradient, so the update may skip its passes (tirl.train.update, rl.skip_zero_advantage).
+ppo_clip_loss.zero_at_zero_advantage = True
 
 
 def _k1(d: Tensor) -> Tensor:

@@ -314,6 +314,14 @@ class RLConfig:
         " row; verl's dynamic batch size); replaces micro_batch_size when > 0; 0 = off",
     )
     max_grad_norm: float = setting(1.0, "> 0", "gradient-norm clip")
+    skip_zero_advantage: bool = setting(
+        True,
+        doc="leave rows whose advantage is 0 on every token (a GRPO group that scored alike)"
+        " out of the update's forward and backward passes: they add exactly 0 to the"
+        " gradient (kept in the loss's divisor); only where that holds: a policy loss marked"
+        " zero_at_zero_advantage (ppo_clip), entropy_coef 0 and kl_coef 0. The actor/"
+        " metrics are then means over the rows trained on (actor/trained_row_share)",
+    )
     old_logprobs: Literal["auto", "trainer", "sampler"] = setting(
         "auto",
         doc="the PPO ratio's old log-probabilities: trainer = recomputed by the trainer before"

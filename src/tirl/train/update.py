@@ -10,6 +10,14 @@ averages gradients over ranks.
 
 A tool token has loss mask 0: it is in no count and changes no loss (architecture.md invariant 2).
 
+Why rows without a learning signal are skipped (`rl.skip_zero_advantage`): under a policy loss
+that is 0 wherever the advantage is 0 (PPO-clip: -A r and -A clip(r) are both 0), with no
+entropy bonus and no KL term, a row whose advantage is 0 on every model token adds exactly 0 to
+the loss and to the gradient. GRPO gives every row of a group that scored alike that advantage,
+and such groups are common (all wrong early, all right late; on SmolLM2 whole batches), yet
+each costs a forward and a backward pass. Those rows stay in the count the loss is divided by,
+so the gradient is the same; they are left out of the passes.
+
 The advantage estimator and the policy loss are the ones the config names (`rl.advantage`,
 `rl.policy_loss`), looked up in the registries of `tirl.algos` and called with their
 hyper-parameters from the config (`RLConfig.advantage_kwargs`, `policy_loss_kwargs`).
@@ -45,6 +53,27 @@ def agg_count(mask: torch.Tensor, mode: str) -> int:
     if mode == "token-mean":
         return int(mask.sum().item())
     return int((mask.sum(-1) > 0).sum().item())
+
+
+def skips_zero_advantage_rows(cfg: RLConfig, ref_logprobs: torch.Tensor | None) -> bool:
+    """Whether rows whose advantage is 0 everywhere may be left out of the update's passes:
+    `rl.skip_zero_advantage` is on, the policy loss says it is 0 at advantage 0 (the
+    `zero_at_zero_advantage` attribute a registered loss may carry), no entropy bonus and no
+    KL term (both are nonzero on any row)."""
+    loss = get_policy_loss(cfg.policy_loss)
+    return (
+        cfg.skip_zero_advantage
+        and getattr(loss, "zero_at_zero_advantage", False)
+        and cfg.entropy_coef == 0
+        and (ref_logprobs is None or cfg.kl_coef == 0)
+    )
+
+
+def rows_with_signal(rows: torch.Tensor, token_adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The rows of `rows` with a nonzero advantage on at least one model token (`mask` > 0);
+    `token_adv` and `mask` are [B, T-1]."""
+    signal = ((token_adv != 0) & (mask > 0)).any(-1)  # [B]
+    return rows[signal[rows]]
 
 
 def token_budget_runs(ordered: torch.Tensor, lengths: torch.Tensor, budget: int) -> list:
@@ -165,11 +194,20 @@ def minibatch_loss_backward(
     """
     policy_loss = get_policy_loss(cfg.policy_loss)
     loss_params = cfg.policy_loss_kwargs()
-    total = agg_count(batch.loss_mask[rows], cfg.loss_agg)
+    total = agg_count(batch.loss_mask[rows], cfg.loss_agg)  # skipped rows count (module doc)
+    trained = rows
+    if skips_zero_advantage_rows(cfg, ref_logprobs):
+        trained = rows_with_signal(rows, token_adv, batch.loss_mask)
+    trained_share = len(trained) / max(1, len(rows))
+    # With no row left, one still runs: its gradient is 0, and the optimizer steps on that 0
+    # as it would have (Adam's momentum moves the weights all the same).
+    trained = trained if len(trained) else rows[:1]
     device = batch.input_ids.device
     sums: dict[str, float] = {}
     lengths = batch.lengths()
-    plan = shard_micro_batches(rows, lengths, cfg.micro_batch_size, shard, cfg.micro_batch_tokens)
+    plan = shard_micro_batches(
+        trained, lengths, cfg.micro_batch_size, shard, cfg.micro_batch_tokens
+    )
     for micro in plan:
         # An empty micro-batch still runs (on one row, weighted 0) to keep ranks in step.
         weight = agg_count(batch.loss_mask[micro], cfg.loss_agg) / max(1, total)
@@ -203,4 +241,8 @@ def minibatch_loss_backward(
         (loss * weight * shard.world).backward()
         for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + value * weight
-    return sums  # this shard's share of each metric; summed over ranks by the caller
+    # Means over the rows trained on: the weights of their passes add up to this share.
+    covered = agg_count(batch.loss_mask[trained], cfg.loss_agg) / max(1, total)
+    return {key: value / max(covered, 1e-12) for key, value in sums.items()} | {
+        "actor/trained_row_share": trained_share / shard.world
+    }  # this shard's share of each metric; summed over ranks by the caller

@@ -310,6 +310,10 @@ MAPPING: dict[str, Row] = {
         " rl.micro_batch_size)",
     ),
     "rl.max_grad_norm": _verl(f"{_ACTOR}.optim.clip_grad"),
+    "rl.skip_zero_advantage": _none(
+        "tirl's own trainer only: verl's actor runs every row, those without an advantage too"
+        " (the gradient is the same; a verl step costs their passes)"
+    ),
     "rl.old_logprobs": _verl(
         "algorithm.rollout_correction.bypass_mode",
         note="sampler -> verl's bypass mode: the rollout's log-probs are the old ones, PPO clip;"
