@@ -11,7 +11,10 @@ the other, under `/usr/bin/time -v` when it exists. Measured for each:
   peak of the summed proportional set size (PSS: shared pages split between the processes
   that share them) of the command and all its descendants (sandbox processes included);
 - what it learned: held-out greedy accuracy and avg@4 of each variant after SFT and after RL
-  (`eval.json`), so that a faster run is seen not to learn less.
+  (`eval.json`), so that a faster run is seen not to learn less;
+- where the time went: each variant's SFT and RL steps summed (`time/step_s` in
+  `metrics.jsonl`) and its evaluations (`time/eval_s` in `eval.json`). The variants run side by
+  side (`parallel_variants`), so the wall time is not the sum of these.
 
 Extra arguments after `--` are passed to both runs (e.g. `-- variants=[code]`).
 """
@@ -79,7 +82,29 @@ def run_quickstart(src: Path, out_dir: Path, overrides: list[str]) -> dict:
         raise SystemExit(f"quickstart from {src} failed: {tail}")
     results = json.loads((out_dir / "quickstart" / "eval.json").read_text())
     rss = max_rss_kb(report.read_text()) if report.exists() else None
-    return {"wall_s": wall, "max_rss_kb": rss, "peak_pss_kb": sampler.peak_kb, "eval": results}
+    phases = phase_seconds(out_dir / "quickstart")
+    return {
+        "wall_s": wall, "max_rss_kb": rss, "peak_pss_kb": sampler.peak_kb, "eval": results,
+        "phase_s": phases,
+    }  # fmt: skip
+
+
+def phase_seconds(run_dir: Path) -> dict[str, dict[str, float]]:
+    """Seconds per variant in SFT steps, RL steps and evaluations."""
+    out: dict[str, dict[str, float]] = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("phase") in ("sft", "rl") and "time/step_s" in row:
+            spent = out.setdefault(row["variant"], {"sft": 0.0, "rl": 0.0, "eval": 0.0})
+            spent[row["phase"]] += row["time/step_s"]
+    evals = json.loads((run_dir / "eval.json").read_text())
+    for variant, phases in evals.items():
+        if isinstance(phases, dict):
+            spent = out.setdefault(variant, {"sft": 0.0, "rl": 0.0, "eval": 0.0})
+            spent["eval"] += sum(
+                m.get("time/eval_s", 0.0) for sets in phases.values() for m in sets.values()
+            )
+    return out
 
 
 def accuracy(run: dict, variant: str, phase: str) -> str:
@@ -100,6 +125,15 @@ def table(runs: dict[str, dict]) -> str:
         row = [name, f"{r['wall_s']:.0f} s", rss, f"{r['peak_pss_kb'] / 1024**2:.2f} GB"]
         row += [accuracy(r, v, p) for v, p in cells]
         lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "| tree | variant | SFT steps | RL steps | evaluations |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for name, r in runs.items():
+        for variant, spent in r["phase_s"].items():
+            cells = [f"{spent[k]:.0f} s" for k in ("sft", "rl", "eval")]
+            lines.append(f"| {name} | {variant} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
