@@ -69,7 +69,9 @@ def skips_zero_advantage_rows(cfg: RLConfig, ref_logprobs: torch.Tensor | None) 
     )
 
 
-def rows_with_signal(rows: torch.Tensor, token_adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def rows_with_signal(
+    rows: torch.Tensor, token_adv: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
     """The rows of `rows` with a nonzero advantage on at least one model token (`mask` > 0);
     `token_adv` and `mask` are [B, T-1]."""
     signal = ((token_adv != 0) & (mask > 0)).any(-1)  # [B]
