@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
         help="a pretrained instruct model (smollm2-135m-instruct, a .gguf file, a folder or a"
         f" hub name): the bundled {REAL_MODEL_PRESET}.yaml preset instead of the tiny model"
         " (LoRA SFT on code demonstrations in the model's chat template, then CIR's RL;"
-        " ~35 min on 2 cores for SmolLM2-135M)",
+        " about 15 min on 2 quiet cores for SmolLM2-135M)",
     )
     add_resume_arg(p)
     p.set_defaults(func=cmd_train)
