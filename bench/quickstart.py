@@ -144,7 +144,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("overrides", nargs="*", help="config overrides for both runs")
     args = parser.parse_args()
-    if args.baseline_src and not (args.baseline_src / "tirl" / "cli.py").is_file():
+    if args.baseline_src and not (args.baseline_src / "tirl" / "__init__.py").is_file():
         parser.error(f"--baseline-src {args.baseline_src}: no tirl package there")
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="tirl-bench-quickstart-"))
     trees = {"this tree": ROOT / "src"}

@@ -192,7 +192,9 @@ def minibatch_loss_backward(
     over model tokens, minus `entropy_coef` x entropy, plus
     `kl_coef` x KL to the reference: each aggregated with `cfg.loss_agg` over the whole
     minibatch, whichever micro-batch or rank a token is in. `norm_len` is the constant
-    divisor of "seq-mean-token-sum-norm" (Dr.GRPO): the model-token limit.
+    divisor of "seq-mean-token-sum-norm" (Dr.GRPO): the model-token limit. Rows without an
+    advantage are left out of the passes where that is exact (`skips_zero_advantage_rows`);
+    the metrics are then means over the rows trained on, `actor/trained_row_share` of them.
     """
     policy_loss = get_policy_loss(cfg.policy_loss)
     loss_params = cfg.policy_loss_kwargs()
