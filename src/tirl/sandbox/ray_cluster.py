@@ -21,7 +21,8 @@ The result was checked by tracing every process's connect/sendto calls while the
 ran: only 127.0.0.1 appeared.
 A local cluster ends with the process that started it, kill -9 included: Ray's GCS and raylet
 die with it on their own, and `tirl.sandbox._ray_reaper` ends the raylet's agents and workers,
-which would otherwise linger for minutes.
+which would otherwise linger for minutes. At a normal exit the cluster is shut down and the
+reaper waited for, so that none of it outlives the process and no reaper is left running.
 Sandbox sessions inherit none of this: the zygote starts from an allowlist of variables, and
 each session has its own network namespace where that works (see `tirl.sandbox.local`).
 
@@ -32,6 +33,7 @@ reaching each other (gRPC honours them too).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import select
@@ -124,6 +126,22 @@ def _reap_when_gone(raylet_pid: int | None) -> None:
     # reaper that cannot start from hanging us; the cluster then ends as Ray ends it.
     if select.select([reaper.stdout], [], [], REAPER_READY_TIMEOUT_S)[0]:
         reaper.stdout.readline()
+    reaper.stdout.close()
+    if len(_REAPERS) == 1:
+        atexit.register(_end_reapers)
+
+
+def _end_reapers() -> None:
+    """At a normal exit: shut the local cluster down, then close each reaper's pipe, as a kill
+    would, so that it ends the agents Ray leaves behind, and wait for it. Registered after
+    `import ray`, this runs before Ray's own exit handler, whose shutdown is then a no-op."""
+    ray.shutdown()
+    for reaper in _REAPERS:
+        reaper.stdin.close()
+        try:
+            reaper.wait(timeout=REAPER_READY_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pass  # it has read EOF and ends on its own
 
 
 def init_local_ray(num_cpus: int | None = None, **ray_init_kwargs: Any) -> None:
