@@ -21,7 +21,8 @@ machine:
 - `tirl with tools`: the same, with the sandbox on (tirl's quickstart: code blocks run as they
   close, tool budget 2);
 - `... (before)`: both tirl contenders with the settings of the previous round (issue 17:
-  old log-probs scored in passes of 32 rows, one pass per minibatch, on-policy), in the same
+  old log-probs scored in passes of 32 rows, one pass per minibatch, on-policy, every row
+  through the update), in the same
   run (`--no-before` leaves them out).
 
 Matched for all (printed side by side): the policy (tirl's tiny Qwen2, loaded by path from one
@@ -44,7 +45,9 @@ for, over its steps; the median over the measured blocks, after one warm-up bloc
 tokens/s, and where a step goes (medians of each column on its own): sampling (tirl: with the
 tool calls), scoring (old log-probs and rewards), update (the optimizer steps; with the
 overlap it runs while the next step samples, so the columns add up to more than a step).
-`pad share` is the share of the token positions tirl's passes computed that were padding.
+`pad share` is the share of the token positions tirl's passes computed that were padding;
+`rows trained` the median share of rows tirl's update ran (`rl.skip_zero_advantage` leaves out
+those without an advantage: groups that scored alike).
 TRL lives in its own venv so that it cannot change the main environment's torch or
 transformers; without it, the TRL column is left out with a one-line hint saying how to get
 it. `--profile N` lists the torch ops tirl's steps spend most time in, over every thread.
@@ -82,11 +85,14 @@ POLICY_SFT = [
 # The RL step being compared: the quickstart's, with an update's minibatch of 32 rows.
 RL_STEP = ["sft.steps=0", "rl.warmup_steps=0"]
 # The previous round's settings (issue 17): old log-probs scored in passes of 32 rows as TRL
-# does, one forward-backward pass per minibatch, on-policy.
-BEFORE = ["rl.old_logprobs=trainer", "rl.micro_batch_size=32"]
+# does, one forward-backward pass per minibatch, on-policy, every row through the update.
+BEFORE = ["rl.old_logprobs=trainer", "rl.micro_batch_size=32", "rl.skip_zero_advantage=false"]
 # This round's: no scoring pass, passes of at most 1,024 padded tokens over length-sorted rows,
-# the next step sampled during the update.
-FAST = ["rl.old_logprobs=auto", "rl.micro_batch_tokens=1024", "rl.one_step_off_policy=true"]
+# the next step sampled during the update, rows without an advantage left out of it.
+FAST = [
+    "rl.old_logprobs=auto", "rl.micro_batch_tokens=1024", "rl.one_step_off_policy=true",
+    "rl.skip_zero_advantage=true",
+]  # fmt: skip
 
 TRL, TEXT, TOOLS = "TRL GRPOTrainer", "tirl text-only", "tirl with tools"
 TEXT_BEFORE, TOOLS_BEFORE = f"{TEXT} (before)", f"{TOOLS} (before)"
@@ -215,6 +221,7 @@ class TirlSide:
         for record, metrics in self.open:
             record["update_s"] = metrics.get("time/update_s", 0.0)
             record["staleness"] = metrics.get("rl/staleness_mean", 0.0)
+            record["trained_rows"] = metrics.get("actor/trained_row_share", 1.0)
         self.open = []
         return time.perf_counter() - start
 
@@ -559,14 +566,16 @@ def result_table(summary: dict) -> str:
         speedup = f"{base['step_s'] / s['step_s']:.2f}x" if base else "-"
         pad = f"{s['padded_share']:.2f}" if "padded_share" in s else "-"
         update = f"{s['update_s']:.2f}" if "update_s" in s else "-"
+        trained = f"{s['trained_rows']:.2f}" if "trained_rows" in s else "-"
         rows.append((
             name, f"{s['step_s']:.2f}", f"{s['tokens_per_s']:.0f}",
             f"{s['sample_tokens_per_s']:.0f}", f"{s['sampled_tokens']:.0f}",
-            f"{s['sample_s']:.2f}", f"{s['score_s']:.2f}", update,
+            f"{s['sample_s']:.2f}", f"{s['score_s']:.2f}", update, trained,
             f"{s.get('tool_calls', 0):.0f}", pad, speedup,
         ))  # fmt: skip
     head = ("contender", "s/step", "sampled tok/s", "tok/s while sampling", "tokens/step",
-            "sampling s", "scoring s", "update s", "tool calls", "pad share", "vs TRL")  # fmt: skip
+            "sampling s", "scoring s", "update s", "rows trained", "tool calls", "pad share",
+            "vs TRL")  # fmt: skip
     return table(head, rows)
 
 
