@@ -286,13 +286,13 @@ class OpTimes:
 
 def instrument_tirl() -> None:
     """Clock tirl's scoring pass (old log-probs, `tirl.train.update.batch_logprobs`) as the
-    RL trainer calls it, and count the token positions every pass computes
+    learner (`tirl.train.learner`) calls it, and count the token positions every pass computes
     (`TokenBatch.trimmed`: each pass is cut to its longest row) against the real ones. The
     counts of an overlapped update land in the step that was sampling meanwhile."""
-    import tirl.train.rl as rl
+    import tirl.train.learner as learner
     from tirl.train.batch import TokenBatch
 
-    inner = rl.batch_logprobs
+    inner = learner.batch_logprobs
 
     def timed(*args, **kwargs):
         clock = StepClock.current
@@ -302,7 +302,7 @@ def instrument_tirl() -> None:
             clock.add("logprob_s", time.perf_counter() - start)
         return out
 
-    rl.batch_logprobs = timed
+    learner.batch_logprobs = timed
     trimmed = TokenBatch.trimmed
 
     def counted(batch):
