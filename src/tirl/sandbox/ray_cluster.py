@@ -93,7 +93,8 @@ def _loopback_only() -> Iterator[None]:
                 os.environ[k] = v
 
 
-REAPER_READY_TIMEOUT_S = 30.0
+# How long to wait for a reaper: its first note at start, its end at exit (it takes ms)
+REAPER_WAIT_S = 30.0
 _REAPERS: list[subprocess.Popen] = []  # kept: their stdin pipes must stay open while we live
 
 
@@ -124,7 +125,7 @@ def _reap_when_gone(raylet_pid: int | None) -> None:
     # Its first note of the raylet's processes, before anything else happens here (a kill
     # right after `ray.init` would otherwise find nothing noted). The timeout only keeps a
     # reaper that cannot start from hanging us; the cluster then ends as Ray ends it.
-    if select.select([reaper.stdout], [], [], REAPER_READY_TIMEOUT_S)[0]:
+    if select.select([reaper.stdout], [], [], REAPER_WAIT_S)[0]:
         reaper.stdout.readline()
     reaper.stdout.close()
     if len(_REAPERS) == 1:
@@ -139,7 +140,7 @@ def _end_reapers() -> None:
     for reaper in _REAPERS:
         reaper.stdin.close()
         try:
-            reaper.wait(timeout=REAPER_READY_TIMEOUT_S)
+            reaper.wait(timeout=REAPER_WAIT_S)
         except subprocess.TimeoutExpired:
             pass  # it has read EOF and ends on its own
 
