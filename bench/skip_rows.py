@@ -3,7 +3,7 @@ side by side in one run, from the same seed.
 
     python bench/skip_rows.py [--model NAME] [--variant code] [--out-dir DIR] [-- OVERRIDES]
 
-Two `tirl train` runs that differ only in `rl.skip_zero_advantage` (off first, then on): the
+Two `tirl quickstart` runs that differ only in `rl.skip_zero_advantage` (off first, then on): the
 quickstart preset's tiny model, or with `--model` the real-model preset (LoRA) on that model.
 Both fine-tune from the same seed, so RL starts from the same weights, and both sample their
 first batch alike. Measured per run, from `metrics.jsonl` and `eval.json`:

@@ -26,6 +26,7 @@ hyper-parameters from the config (`RLConfig.advantage_kwargs`, `policy_loss_kwar
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -55,15 +56,16 @@ def agg_count(mask: torch.Tensor, mode: str) -> int:
     return int((mask.sum(-1) > 0).sum().item())
 
 
-def skips_zero_advantage_rows(cfg: RLConfig, ref_logprobs: torch.Tensor | None) -> bool:
+def skips_zero_advantage_rows(
+    cfg: RLConfig, policy_loss: Callable, ref_logprobs: torch.Tensor | None
+) -> bool:
     """Whether rows whose advantage is 0 everywhere may be left out of the update's passes:
-    `rl.skip_zero_advantage` is on, the policy loss says it is 0 at advantage 0 (the
+    `rl.skip_zero_advantage` is on, `policy_loss` says it is 0 at advantage 0 (the
     `zero_at_zero_advantage` attribute a registered loss may carry), no entropy bonus and no
     KL term (both are nonzero on any row)."""
-    loss = get_policy_loss(cfg.policy_loss)
     return (
         cfg.skip_zero_advantage
-        and getattr(loss, "zero_at_zero_advantage", False)
+        and getattr(policy_loss, "zero_at_zero_advantage", False)
         and cfg.entropy_coef == 0
         and (ref_logprobs is None or cfg.kl_coef == 0)
     )
@@ -200,7 +202,7 @@ def minibatch_loss_backward(
     loss_params = cfg.policy_loss_kwargs()
     total = agg_count(batch.loss_mask[rows], cfg.loss_agg)  # skipped rows count (module doc)
     trained = rows
-    if skips_zero_advantage_rows(cfg, ref_logprobs):
+    if skips_zero_advantage_rows(cfg, policy_loss, ref_logprobs):
         trained = rows_with_signal(rows, token_adv, batch.loss_mask)
     trained_share = len(trained) / max(1, len(rows))
     # With no row left, one still runs: its gradient is 0, and the optimizer steps on that 0
