@@ -355,16 +355,34 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
     other_rl = [o for o in REDUCED if not o.startswith("run.rl.steps=")] + ["run.rl.steps=1"]
     args = ["study", "races", "--out", str(again), "--sft-from", str(out), *other_rl]
     assert main([*args, "study.arms=[races]"]) == 0
-    capsys.readouterr()
+    assert f"the SFT start's evaluation is {out}'s" in capsys.readouterr().out
     sft_log = again / "sft" / "metrics.jsonl"
     logged = [json.loads(line) for line in sft_log.open()] if sft_log.exists() else []
     assert not [r for r in logged if "train/loss" in r]
     start, start_again = (json.loads((d / "sft" / "eval_progress.json").read_text())
                           for d in (out, again))  # fmt: skip
+    assert start_again == start  # reused: the same held-out files, the same eval settings
+    for sample_file in (out / "sft" / "samples").iterdir():
+        assert (
+            again / "sft" / "samples" / sample_file.name
+        ).read_bytes() == sample_file.read_bytes()
+    # under other evaluation settings the start is evaluated again, on the same held-out sets
+    eval_other = tmp_path / "eval_other"
+    wider = ["run.eval.max_model_tokens=25", "study.arms=[races]"]
+    assert (
+        main(
+            ["study", "races", "--out", str(eval_other), "--sft-from", str(out), *other_rl, *wider]
+        )
+        == 0
+    )
+    assert "the SFT start is evaluated again (run.eval differ)" in capsys.readouterr().out
+    start_other = json.loads((eval_other / "sft" / "eval_progress.json").read_text())
     for variant in ("code", "text"):
         for s in ("atomic", "compositions"):
-            reward = start[variant]["sft"][s]["eval/reward"]
-            assert start_again[variant]["sft"][s]["eval/reward"] == reward, (variant, s)
+            assert (
+                start_other[variant]["sft"][s]["eval/n_items"]
+                == start[variant]["sft"][s]["eval/n_items"]
+            )
     assert json.loads((again / "results.json").read_text())["arms"].keys() == {
         "code/races", "text/races"}  # fmt: skip
     # a start made from other SFT settings or tasks, or no start at all, is one line

@@ -107,6 +107,10 @@ SFT_INPUTS = "inputs.json"
 # The settings the SFT start depends on; a study that starts from another's SFT may change the
 # rest (rl, eval, the engine, threads, the arms and seeds).
 SFT_KEYS = ("seed", "protocol", "tools", "prompt", "model", "sandbox", "sft")
+# What a greedy evaluation of the SFT start depends on besides the start itself and the
+# held-out files: a study from another's start (`sft_from`) reuses that study's evaluation of
+# it when these are the same.
+START_EVAL_KEYS = ("eval", "rollout")
 # Where the sandbox runs does not change what the demonstrations' code prints.
 SANDBOX_PLACE = ("sandbox.kind", "sandbox.urls", "sandbox.actors", "sandbox.kill_background")
 
@@ -286,6 +290,40 @@ def sft_start_problem(folder: Path, out_dir: Path, inputs: dict, variants: list[
     return None
 
 
+def copy_start_evaluation(source: Path, out_dir: Path, cfg: RacesStudyConfig) -> str | None:
+    """Copy into `out_dir` the evaluation of the SFT start that the study in `source` (whose
+    start `out_dir` copied) recorded, if it scored the same held-out files under the same
+    evaluation settings; else why not (the start is then evaluated again)."""
+    for name in EVAL_SETS:
+        file = Path("tasks") / f"heldout_{name}.jsonl"
+        ours, theirs = out_dir / file, source / file
+        if not theirs.is_file() or theirs.read_bytes() != ours.read_bytes():
+            return f"its {file} differs"
+    try:
+        saved = json.loads((source / STUDY_CONFIG).read_text())["run"]
+        done = json.loads((source / "sft" / "eval_progress.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{source} has no recorded evaluation of its start"
+    run = to_dict(cfg.run)
+    differ = [f"run.{key}" for key in START_EVAL_KEYS if saved.get(key) != run.get(key)]
+    if differ:
+        return f"{', '.join(differ)} differ"
+    samples = [
+        Path("sft") / "samples" / f"{variant}_sft_{name}.jsonl"
+        for variant in cfg.run.variants
+        for name in EVAL_SETS
+    ]
+    recorded = all(set(EVAL_SETS) <= set(done.get(v, {}).get("sft", {})) for v in cfg.run.variants)
+    if not recorded or not all((source / f).is_file() for f in samples):
+        return f"{source} has no recorded evaluation of its start"
+    for file in samples:
+        (out_dir / file).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / file, out_dir / file)
+    progress = {v: {"sft": done[v]["sft"]} for v in cfg.run.variants}
+    write_text(out_dir / "sft" / "eval_progress.json", json.dumps(progress, indent=2))
+    return None
+
+
 def run_study(
     cfg: RacesStudyConfig,
     out_dir: Path,
@@ -296,8 +334,9 @@ def run_study(
 ) -> dict:
     """Write the task sets, train and evaluate every arm, write the report; its results. With
     `sft_from`, a finished study folder whose SFT start was made from the same inputs
-    (`sft_inputs`), every arm starts from that start instead of a new SFT, evaluated again
-    under this study's evaluation settings. With `resume`, continue the study in `out_dir`
+    (`sft_inputs`), every arm starts from that start instead of a new SFT; its evaluation is
+    that study's if it scored the same held-out files under the same evaluation settings
+    (`copy_start_evaluation`), else it is evaluated again. With `resume`, continue the study in `out_dir`
     made with the same config (`STUDY_CONFIG`): a finished SFT, arm or evaluation is not
     redone (`_train_all`)."""
     if cfg.run.rl.adaptive_batch:
@@ -363,6 +402,12 @@ def run_study(
                 shutil.copytree(
                     sft_from / "sft" / variant / "sft", out_dir / "sft" / variant / "sft"
                 )
+            why_not = copy_start_evaluation(sft_from, out_dir, cfg)
+            print(
+                f"the SFT start's evaluation is {sft_from}'s" if why_not is None
+                else f"the SFT start is evaluated again ({why_not})",
+                flush=True,
+            )  # fmt: skip
         write_text(out_dir / "sft" / SFT_INPUTS, json.dumps(inputs, indent=2))
         reuse_sft = sft_from is not None or resume
         asyncio.run(_train_all(cfg, out_dir, evaluation, reuse_sft, resume))
