@@ -1,7 +1,8 @@
 """tirl's RL step against TRL's GRPOTrainer, and tirl with the interpreter against text-only.
 
     python bench/peers.py [--quick] [--blocks 4] [--block 4] [--threads 1] [--model PATH]
-                          [--out FILE] [--profile N] [--no-trl] [--no-tools] [--no-before]
+                          [--mixed-groups] [--out FILE] [--profile N] [--no-trl] [--no-tools]
+                          [--no-before]
     python bench/peers.py --model smollm2-135m-instruct [--part sft,rl] [--blocks 3] ...
 
 `--model smollm2-135m-instruct` is the SmolLM2 mode (issue 42, `bench/peers_smollm2.py`):
@@ -20,10 +21,11 @@ machine:
   while this one updates (`rl.one_step_off_policy`);
 - `tirl with tools`: the same, with the sandbox on (tirl's quickstart: code blocks run as they
   close, tool budget 2);
+- `tirl text-only (every row)`: this round's settings, but every row through the update (no
+  `rl.skip_zero_advantage`): the same work as TRL's update, whatever the groups scored;
 - `... (before)`: both tirl contenders with the settings of the previous round (issue 17:
   old log-probs scored in passes of 32 rows, one pass per minibatch, on-policy, every row
-  through the update), in the same
-  run (`--no-before` leaves them out).
+  through the update), in the same run (`--no-before` leaves these three out).
 
 Matched for all (printed side by side): the policy (tirl's tiny Qwen2, loaded by path from one
 `save_pretrained` folder), the tasks (tirl's arithmetic source, the same prompts in the same
@@ -38,7 +40,10 @@ every contender may use both cores (tirl's two threads share them, `tirl.cpu.sha
 The policy is the quickstart's model after a short SFT on code demonstrations (so that it
 ends its answers and calls the interpreter), made once and kept in
 `~/.cache/tirl/peers-policy-<hash>` (about 90 s on 2 cores); `--model` uses a saved tirl
-policy instead (e.g. a quickstart run's `runs/quickstart/code/sft`).
+policy instead (e.g. a quickstart run's `runs/quickstart/code/sft`). That policy solves none
+of the quickstart's items, so every group scores alike and tirl's update has no row to train
+on; `--mixed-groups` makes the groups mixed: one-digit operands, and a policy SFT'd on code
+and text answers alike, which gets some items right.
 
 Reported per contender: seconds per RL step (each block's wall time, its last update waited
 for, over its steps; the median over the measured blocks, after one warm-up block), sampled
@@ -84,6 +89,13 @@ POLICY_SFT = [
 ]  # fmt: skip
 # The RL step being compared: the quickstart's, with an update's minibatch of 32 rows.
 RL_STEP = ["sft.steps=0", "rl.warmup_steps=0"]
+# `--mixed-groups`: tasks and a policy whose groups score mixed, so that the update has rows to
+# train on (the default policy solves none of the quickstart's 3-digit items: every group
+# scores alike and `rl.skip_zero_advantage` leaves the whole update out). One-digit operands,
+# and a policy SFT'd on code and text answers alike: it answers some items right and some
+# wrong, with the interpreter and without.
+MIXED_TASKS = ["data.train=[{source: arithmetic, digits: 1}]"]
+MIXED_SFT = [*MIXED_TASKS, "sft.code_share=0.5"]
 # The previous round's settings (issue 17): old log-probs scored in passes of 32 rows as TRL
 # does, one forward-backward pass per minibatch, on-policy, every row through the update.
 BEFORE = ["rl.old_logprobs=trainer", "rl.micro_batch_size=32", "rl.skip_zero_advantage=false"]
@@ -96,6 +108,9 @@ FAST = [
 
 TRL, TEXT, TOOLS = "TRL GRPOTrainer", "tirl text-only", "tirl with tools"
 TEXT_BEFORE, TOOLS_BEFORE = f"{TEXT} (before)", f"{TOOLS} (before)"
+# This round's settings but every row through the update: the same work as TRL's update.
+EVERY_ROW = [*FAST, "rl.skip_zero_advantage=false"]  # the later setting wins
+TEXT_EVERY_ROW = f"{TEXT} (every row)"
 
 
 # ---------------------------------------------------------------------- the policy
@@ -107,11 +122,15 @@ def run_config(overrides: list[str]):
     return load_config(RunConfig, preset_path("quickstart"), overrides)
 
 
-def cached_policy(threads: int) -> Path:
-    """The SFT'd policy all contenders start from: made once, then read from the cache."""
+def cached_policy(threads: int, extra: list[str]) -> Path:
+    """The SFT'd policy all contenders start from (`POLICY_SFT` with the `extra` overrides):
+    made once, then read from the cache."""
     import tirl
 
-    key = json.dumps([POLICY_SFT, getattr(tirl, "__version__", "")]).encode()
+    settings = [*POLICY_SFT, *extra]
+    # without extras, the key of the policy made before they existed (still in caches)
+    key = json.dumps([POLICY_SFT, getattr(tirl, "__version__", ""), *([extra] if extra else [])])
+    key = key.encode()
     folder = TRL_VENV.parent / f"peers-policy-{hashlib.sha256(key).hexdigest()[:10]}"
     policy = folder / "code" / "sft"
     if (policy / "config.json").is_file():
@@ -120,7 +139,7 @@ def cached_policy(threads: int) -> Path:
     from tirl.sandbox import Sandbox
     from tirl.train.pipeline import Pipeline, quiet_transformers
 
-    cfg = run_config([*POLICY_SFT, f"threads={threads}"])
+    cfg = run_config([*settings, f"threads={threads}"])
     quiet_transformers(cfg)
     folder.mkdir(parents=True, exist_ok=True)
     pipeline = Pipeline(cfg, folder, evaluation=None)
@@ -426,25 +445,34 @@ def trl_spec(cfg, policy: Path, prompt_ids: list[int], total_steps: int) -> dict
 
 
 # ---------------------------------------------------------------------- the run
+def rl_step(args) -> list[str]:
+    return [*RL_STEP, *(MIXED_TASKS if args.mixed_groups else [])]
+
+
 async def run(args, policy: Path) -> dict:
     import torch
 
     from tirl.sandbox import Sandbox
     from tirl.train.pipeline import quiet_transformers
 
-    base = [*RL_STEP, f"model.name_or_path={policy}", f"threads={args.threads}"]
+    base = [*rl_step(args), f"model.name_or_path={policy}", f"threads={args.threads}"]
     cfg = run_config([*base, *FAST])
     quiet_transformers(cfg)
     instrument_tirl()
     total = args.blocks + 1  # one warm-up block
     load_before = os.getloadavg()
     sides: dict = {}
-    out = {"load_before": load_before, "policy": str(policy), "threads": args.threads}
+    out = {"load_before": load_before, "policy": str(policy), "threads": args.threads,
+           "mixed_groups": args.mixed_groups}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="tirl-peers-") as tmp:
         async with Sandbox(cfg.sandbox.limits(), preload=tuple(cfg.sandbox.preload)) as sandbox:
             contenders = [(TEXT, False, FAST), (TOOLS, True, FAST)]
             if not args.no_before:
-                contenders += [(TEXT_BEFORE, False, BEFORE), (TOOLS_BEFORE, True, BEFORE)]
+                contenders += [
+                    (TEXT_EVERY_ROW, False, EVERY_ROW),
+                    (TEXT_BEFORE, False, BEFORE),
+                    (TOOLS_BEFORE, True, BEFORE),
+                ]
             for name, tools, settings in contenders:
                 if tools and args.no_tools:
                     continue
@@ -626,10 +654,17 @@ def main() -> None:
         "--trl-bf16", choices=("autocast", "weights"), default="autocast",
         help="TRL's bfloat16: bf16=True around float32 weights (its default), or bf16 weights",
     )  # fmt: skip
+    parser.add_argument(
+        "--mixed-groups", action="store_true",
+        help="one-digit items and a policy SFT'd on code and text alike, whose groups score"
+        " mixed (by default every group scores alike and the update has no row to train on)",
+    )  # fmt: skip
     parser.add_argument("--no-trl", action="store_true", help="tirl only")
     parser.add_argument("--no-tools", action="store_true", help="leave out tirl with tools")
     parser.add_argument(
-        "--no-before", action="store_true", help="leave out the previous round's settings"
+        "--no-before",
+        action="store_true",
+        help="leave out the every-row contender and the previous round's settings",
     )
     parser.add_argument(
         "--make-trl-venv", action="store_true", help=f"make {TRL_VENV} with trl and stop"
@@ -665,12 +700,16 @@ def main() -> None:
         parser.error(f"--model {args.model}: no saved policy there (config.json missing)")
     os.environ.setdefault("TQDM_DISABLE", "1")
     start = time.perf_counter()
-    policy = Path(args.model) if args.model else cached_policy(args.threads)
+    policy = (
+        Path(args.model)
+        if args.model
+        else cached_policy(args.threads, MIXED_SFT if args.mixed_groups else [])
+    )
     try:
         out = asyncio.run(run(args, policy))
     except TrlFailed as exc:  # stopped mid-run
         raise SystemExit(f"peers: {exc}") from None
-    cfg = run_config([*RL_STEP, *FAST, f"model.name_or_path={out['policy']}"])
+    cfg = run_config([*rl_step(args), *FAST, f"model.name_or_path={out['policy']}"])
     print()
     print(config_table(cfg, out.get("trl"), args.threads, out["tirl_sampler"]))
     print()
