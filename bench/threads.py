@@ -1,7 +1,8 @@
 """Torch threads under CPU contention (issue 28): the quickstart's SFT step alone and beside
 neighbours, with torch's default threads and with tirl's choice.
 
-    python bench/threads.py [--steps 30] [--reps 3] [--out FILE]
+    python bench/threads.py [--steps 30] [--reps 3] [--settings default,tirl]
+                            [--neighbours none,spin,late-spin,torch] [--out FILE]
 
 Each cell runs `--steps` SFT steps of the quickstart's model and batch (128 wide, 4 layers,
 batch 64 in 4 micro-batches) in a fresh process, `--reps` times, and reports the median seconds
@@ -15,10 +16,14 @@ Settings of the measured process:
 - `default`: what torch does by itself (intra-op threads = cores, OpenMP's active wait);
 - `passive`: torch's default threads with OMP_WAIT_POLICY=PASSIVE only;
 - `tirl`: what `tirl` does with `threads: 0` (`tirl.cpu`: the SFT loop re-chooses torch's threads
-  from the cores other processes leave free, at most once a second).
+  from the cores other processes leave free, at most once a second);
+- `one`: one torch thread, whatever the load. Alone, it is what a job costs on the one core a
+  busy neighbour leaves it: the least a neighbour that takes a core can cost a job that uses
+  them all (printed under the table as the floor).
 The threads column is the count at the end of the measured steps.
 A neighbour's fair cost is its share of the CPU: on 2 cores with one busy neighbour a job
-that used both cores can at best run at half speed (ratio 2).
+that used both cores can at best run at half speed (ratio 2) if its threads scale perfectly,
+at the ratio of its one-thread time to its two-thread time if they do not.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ if sys.argv[1] == "tirl":
 if sys.argv[1] == "passive":
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 import torch
+if sys.argv[1] == "one":
+    torch.set_num_threads(1)
 from tirl.envs.arithmetic import ArithmeticEnv
 from tirl.models.tiny import TinyModelSpec, build_model, train_tokenizer
 from tirl.synth.arithmetic import code_demonstrations, demonstration_texts
@@ -72,7 +79,7 @@ NEIGHBOURS = {
 }  # fmt: skip
 
 
-SETTINGS = "default, passive, tirl"
+SETTINGS = "default, passive, tirl, one"
 
 
 def step_time(setting: str, steps: int, neighbour: str) -> tuple[float, int]:
@@ -112,6 +119,9 @@ def print_table(load: float, cells: list[dict], steps: int, reps: int) -> None:
         base = f"{c['s_per_step'] / default_alone:.2f}x" if default_alone else "-"
         print(f"| {c['neighbour']} | {c['setting']} | {c['threads']} | {c['s_per_step']:.3f} |"
               f" {own:.2f}x | {base} |")  # fmt: skip
+    if default_alone and "one" in alone:
+        print(f"\nthe floor: one thread alone takes {alone['one'] / default_alone:.2f}x the default"
+              " alone, what a job costs on the one core a busy neighbour leaves it")  # fmt: skip
 
 
 def main() -> None:
@@ -119,11 +129,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--settings", default="default,tirl", help="comma-separated: " + SETTINGS)
+    parser.add_argument(
+        "--neighbours", default=",".join(NEIGHBOURS), help="comma-separated, 'none' first"
+    )
     parser.add_argument("--out")
     args = parser.parse_args()
-    load = os.getloadavg()[0]
     settings = args.settings.split(",")
-    cells = [cell(n, s, args.steps, args.reps) for n in NEIGHBOURS for s in settings]
+    neighbours = args.neighbours.split(",")
+    unknown = [x for x in settings if x not in SETTINGS.split(", ")]
+    unknown += [x for x in neighbours if x not in NEIGHBOURS]
+    if unknown or neighbours[0] != "none":
+        parser.error(f"settings: {SETTINGS}; neighbours: {', '.join(NEIGHBOURS)}, 'none' first")
+    load = os.getloadavg()[0]
+    cells = [cell(n, s, args.steps, args.reps) for n in neighbours for s in settings]
     print_table(load, cells, args.steps, args.reps)
     if args.out:
         with open(args.out, "w") as f:
