@@ -15,10 +15,12 @@ machine:
 - `TRL GRPOTrainer`: TRL's trainer, text-only (its tool calling needs a chat model), in a
   process of its own in TRL's venv (`bench/peers_trl.py`);
 - `tirl text-only`: `tirl.train.rl.RLTrainer` as `tirl train` builds it (the pipeline's
-  engine, rollout and trainer), without the interpreter, with the fast paths of issue 30:
-  the sampler's log-probs as the old ones (`rl.old_logprobs: auto`), passes planned by a
-  token budget over length-sorted rows (`rl.micro_batch_tokens`), and the next step sampled
-  while this one updates (`rl.one_step_off_policy`);
+  engine, rollout and trainer), without the interpreter, with the fast paths of issues 30 and
+  47: the sampler's log-probs as the old ones (`rl.old_logprobs: auto`), passes planned by a
+  token budget over length-sorted rows (`rl.micro_batch_tokens`), the next step sampled
+  while this one updates (`rl.one_step_off_policy`), rows without an advantage left out of
+  the update (`rl.skip_zero_advantage`) and the engine's steps on one torch thread
+  (`rollout.engine_options: {threads: 1}`);
 - `tirl with tools`: the same, with the sandbox on (tirl's quickstart: code blocks run as they
   close, tool budget 2);
 - `tirl text-only (every row)`: this round's settings, but every row through the update (no
@@ -100,10 +102,12 @@ MIXED_SFT = [*MIXED_TASKS, "sft.code_share=0.5"]
 # does, one forward-backward pass per minibatch, on-policy, every row through the update.
 BEFORE = ["rl.old_logprobs=trainer", "rl.micro_batch_size=32", "rl.skip_zero_advantage=false"]
 # This round's: no scoring pass, passes of at most 1,024 padded tokens over length-sorted rows,
-# the next step sampled during the update, rows without an advantage left out of it.
+# the next step sampled during the update, rows without an advantage left out of it, and the
+# engine's decode steps on one torch thread (this tiny model's are too small to gain from two:
+# 0.27-0.29 s of sampling a step against 0.38-0.45 s, docs/benchmarks/history.md).
 FAST = [
     "rl.old_logprobs=auto", "rl.micro_batch_tokens=1024", "rl.one_step_off_policy=true",
-    "rl.skip_zero_advantage=true",
+    "rl.skip_zero_advantage=true", "rollout.engine_options={threads: 1}",
 ]  # fmt: skip
 
 TRL, TEXT, TOOLS = "TRL GRPOTrainer", "tirl text-only", "tirl with tools"
@@ -580,8 +584,10 @@ def config_table(cfg, trl: dict | None, threads: int, sampler: str) -> str:
         ("gradient checkpointing", cfg.model.gradient_checkpointing,
          trl_value("gradient_checkpointing")),
         ("optimizer", "AdamW (torch)", trl_value("optim")),
-        ("torch threads", f"{threads}; the update overlaps sampling in a second thread"
-         " (before: on-policy, one thread)", (trl or {}).get("threads", "-")),
+        ("torch threads", f"{threads}; the update overlaps sampling in a second thread, the"
+         f" engine's steps on {cfg.rollout.engine_options.get('threads') or threads}"
+         f" (before: on-policy, one thread, the engine's steps on {threads})",
+         (trl or {}).get("threads", "-")),
     ]  # fmt: skip
     return table(("setting", "tirl", "TRL"), rows)
 

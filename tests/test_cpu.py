@@ -91,3 +91,23 @@ def test_threads_computing_at_once_share_the_governed_count():
     finally:
         cpu._governor = None
         torch.set_num_threads(before)
+
+
+def test_a_cap_bounds_the_threads_on_the_thread_that_paces_it():
+    import tirl.cpu as cpu
+
+    before = torch.get_num_threads()
+    try:
+        cpu.configure_threads(2)
+        assert cpu._governor.pace(at_most=1) == 1 and torch.get_num_threads() == 1
+        assert cpu._governor.pace(at_most=4) == 2  # a cap above the choice changes nothing
+        assert cpu._governor.pace() == 2
+        cpu._governor = None  # ungoverned (tirl as a library): the cap is on torch's own count
+        torch.set_num_threads(2)
+        cpu.pace(1)
+        assert torch.get_num_threads() == 1
+        cpu.pace(3)
+        assert torch.get_num_threads() == 1  # a cap never raises the count
+    finally:
+        cpu._governor = None
+        torch.set_num_threads(before)

@@ -137,13 +137,25 @@ def test_static_admission_waits_for_the_whole_batch_before_new_keys(tiny_model, 
 
 
 def _seeded_workload(
-    model, prompts, kv_cache: str, admission: str = "continuous", fused: bool | None = None
+    model,
+    prompts,
+    kv_cache: str,
+    admission: str = "continuous",
+    fused: bool | None = None,
+    threads: int = 0,
 ):
     """More keys than rows, ragged prompts and tool outputs, calls of different lengths (rows
     leave at different steps and others take them), seeded, unseeded and greedy calls, and a
     key released and reused for a new sequence. Returns every call's ids and log-probs."""
     engine = HFEngine(
-        model, -1, max_batch=3, seed=5, kv_cache=kv_cache, admission=admission, fused=fused
+        model,
+        -1,
+        max_batch=3,
+        seed=5,
+        kv_cache=kv_cache,
+        admission=admission,
+        fused=fused,
+        threads=threads,
     )
 
     async def one(key, prompt):
@@ -187,6 +199,30 @@ def test_slot_cache_samples_the_ids_and_logprobs_of_the_padded_cache(
     assert [ids for ids, _ in slots] == [ids for ids, _ in padded]
     gap = max(abs(a - b) for (_, x), (_, y) in zip(slots, padded) for a, b in zip(x, y))
     assert gap < 1e-5
+
+
+def test_a_thread_cap_runs_the_engines_steps_on_that_many_threads_and_samples_the_same(
+    tiny_model, tokenizer
+):
+    prompts = [tokenizer(f"Problem: {i} * {i + 3} - 1\n")["input_ids"][: 4 + i] for i in range(5)]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        uncapped, _ = _seeded_workload(tiny_model, prompts, "slots")
+        capped, _ = _seeded_workload(tiny_model, prompts, "slots", threads=1)
+        engine = HFEngine(tiny_model, -1, threads=1)
+        asyncio.run(engine.generate(0, prompts[0], max_new_tokens=2))
+        # the engine's own thread, where its steps ran, kept the cap; this one is untouched
+        assert engine._executor.submit(torch.get_num_threads).result() == 1
+        engine.close()
+        assert torch.get_num_threads() == 2
+        assert [ids for ids, _ in capped] == [ids for ids, _ in uncapped]
+        gap = max(abs(a - b) for (_, x), (_, y) in zip(capped, uncapped) for a, b in zip(x, y))
+        assert gap < 1e-5
+        with pytest.raises(ValueError, match="threads is >= 0"):
+            HFEngine(tiny_model, -1, threads=-1)
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_slot_cache_keeps_learned_positions_and_eager_attention_right(tokenizer):

@@ -130,6 +130,25 @@ def test_bad_task_configs_are_one_line_errors_before_anything_runs(case, tmp_pat
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ("{threads: -1}", "engine_options.threads is an integer >= 0 (0: the run's threads)"),
+        ("{kv_cache: paged}", "engine_options.kv_cache is one of auto, slots, padded"),
+        ("{fused: 1}", "engine_options.fused is true, false or null"),
+    ],
+)
+def test_bad_hf_engine_options_are_one_line_errors_naming_the_override(
+    options, words, tmp_path, capsys
+):
+    override = f"rollout.engine_options={options}"
+    assert main(["train", f"out_dir={tmp_path}", "name=bad", override]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"tirl: error: override {override!r}"), lines
+    assert words in lines[0], lines[0]
+    assert not (tmp_path / "bad").exists()
+
+
 def test_a_bad_entry_in_a_subprocess_prints_no_traceback(tmp_path):
     cmd = [sys.executable, "-m", "tirl.cli", "train", f"out_dir={tmp_path}", "name=bad"]
     proc = subprocess.run(

@@ -105,12 +105,15 @@ class ThreadGovernor:
             self.threads = threads_for(others_busy_cores(self._mark, now), self.usable)
             self._mark = now
 
-    def pace(self) -> int:
-        """Re-choose if a window has passed, and set the choice on this thread; returns it."""
+    def pace(self, at_most: int = 0) -> int:
+        """Re-choose if a window has passed, and set the choice on this thread (`at_most` > 0:
+        no more than that); returns it."""
         import torch
 
         self._rechoose()
         threads = max(1, self.threads // self.sharers)
+        if at_most:
+            threads = min(threads, at_most)
         if getattr(self._applied, "threads", None) != threads:
             torch.set_num_threads(threads)
             self._applied.threads = threads
@@ -146,7 +149,15 @@ def sharing_cores(sharers: int):
         _governor.sharers = 1
 
 
-def pace() -> None:
-    """Between steps of work, on the thread that computes: apply the governor's choice."""
+def pace(at_most: int = 0) -> None:
+    """Between steps of work, on the thread that computes: apply the governor's choice, and
+    `at_most` > 0 as a cap on it (ungoverned: on torch's own count). A cap is for work whose
+    operations are too small to gain from more threads: the HF engine's decode steps on a tiny
+    model ran faster on one thread than on two (`rollout.engine_options: {threads: 1}`)."""
     if _governor is not None:
-        _governor.pace()
+        _governor.pace(at_most)
+    elif at_most:
+        import torch
+
+        if torch.get_num_threads() > at_most:
+            torch.set_num_threads(at_most)

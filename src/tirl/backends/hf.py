@@ -168,12 +168,18 @@ class HFEngine:
         reuse_batch_cache: bool = True,
         kv_cache: str = "auto",
         fused: bool | None = None,
+        threads: int = 0,
     ) -> None:
         """`kv_cache`: "slots", "padded", or "auto" (slots where `kv_slots.supports` the
         model, else padded); see the module docstring. `reuse_batch_cache` is the padded
         cache's decode fast path. `fused`: run the slot cache's forward pass from the model's
         weights (`tirl.backends.fused`) instead of through its modules: None (the default)
-        where `fused_supports` the model, True to require it, False for the modules."""
+        where `fused_supports` the model, True to require it, False for the modules.
+        `threads` > 0: at most that many torch threads for the engine's steps (0: as many as
+        the run uses, `tirl.cpu`); on a tiny model one is faster than two."""
+        if threads < 0:
+            raise ValueError(f"threads is >= 0 (0: the run's), not {threads}")
+        self.threads = threads
         if admission not in ("continuous", "static"):
             raise ValueError(f'admission is "continuous" or "static", not {admission!r}')
         if kv_cache not in KV_CACHES:
@@ -504,7 +510,7 @@ class HFEngine:
         """One step over every active sequence, each fed its `feeds` entry; returns (token,
         logprob) each, (None, None) for a row with more to feed (nothing is drawn for it, so
         a seeded request's draws do not depend on how its prompt was chunked)."""
-        pace()  # on the engine's own thread: torch's thread count is per thread (tirl.cpu)
+        pace(self.threads)  # on the engine's own thread: torch's count is per thread (tirl.cpu)
         self.steps += 1
         self.rows_stepped += len(batch)
         keys = [req.key for req in batch]

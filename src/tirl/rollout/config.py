@@ -51,7 +51,7 @@ class RolloutConfig:
         factory=dict,
         doc="the engine's own keyword options (vllm: kv_cache_gb, gpu_memory_utilization,"
         " max_model_len, enforce_eager, sleep_during_update; openai: timeout_s; hf:"
-        " kv_cache, fused), checked against its factory in tirl.rollout.engines",
+        " kv_cache, fused, threads), checked against its factory in tirl.rollout.engines",
         check=plain_values_problem,
     )
     max_in_flight: int = setting(

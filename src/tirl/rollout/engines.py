@@ -133,18 +133,38 @@ def make_engine(name: str, spec: EngineSpec, options: Mapping[str, Any] | None =
 # ---------------------------------------------------------------- the built-in engines
 
 
+def _hf_problem(options: dict[str, Any], device: str) -> str | None:
+    """The HF engine's option values, checked when the config is (their names are checked
+    against `hf_engine`'s signature)."""
+    from tirl.backends.hf import KV_CACHES
+
+    kv_cache, fused = options.get("kv_cache", "auto"), options.get("fused")
+    threads = options.get("threads", 0)
+    if kv_cache not in KV_CACHES:
+        return f"engine_options.kv_cache is one of {', '.join(KV_CACHES)}, not {kv_cache!r}"
+    if fused is not None and type(fused) is not bool:
+        return f"engine_options.fused is true, false or null, not {fused!r}"
+    if type(threads) is not int or threads < 0:
+        return f"engine_options.threads is an integer >= 0 (0: the run's threads), not {threads!r}"
+    return None
+
+
 @register_engine(
     "hf",
     receives_weights=True,
     needs=("model", "eos_id"),
+    check=_hf_problem,
     logprobs_match_trainer=True,
     under_torchrun=True,
 )
-def hf_engine(spec: EngineSpec, *, kv_cache: str = "auto", fused: bool | None = None) -> Engine:
+def hf_engine(
+    spec: EngineSpec, *, kv_cache: str = "auto", fused: bool | None = None, threads: int = 0
+) -> Engine:
     """The live policy, continuously batched in this process. `kv_cache`: auto | slots |
     padded; `fused`: the slot cache's forward pass run from the weights (None: where the
-    model is supported, `tirl.backends.fused`; false: through the model's modules)
-    (`tirl.backends.hf`)."""
+    model is supported, `tirl.backends.fused`; false: through the model's modules);
+    `threads`: at most this many torch threads for its steps (0: the run's; 1 is faster on
+    the quickstart's tiny model, 2 on SmolLM2) (`tirl.backends.hf`)."""
     from tirl.backends.hf import HFEngine
 
     return HFEngine(
@@ -154,6 +174,7 @@ def hf_engine(spec: EngineSpec, *, kv_cache: str = "auto", fused: bool | None = 
         seed=spec.seed,
         kv_cache=kv_cache,
         fused=fused,
+        threads=threads,
     )
 
 

@@ -300,8 +300,9 @@ class RunConfig:
             "rollout.engine_options", self.rollout.engine_options, kind.build, what, ("spec",)
         )
         problem = kind.check(self.rollout.engine_options, self.device) if kind.check else None
-        if problem:
-            raise ConfigError(f"rollout.engine {engine}: {problem}", "rollout.engine")
+        if problem:  # attributed to the options where it is about one of them
+            key = "rollout.engine_options" if problem.startswith("engine_options.") else ""
+            raise ConfigError(f"rollout.engine {engine}: {problem}", key or "rollout.engine")
 
     def check_agent(self) -> None:
         """`rollout.agent`: the program samples RL's trajectories whole, with its own tools."""
