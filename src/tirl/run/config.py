@@ -301,8 +301,9 @@ class RunConfig:
         )
         problem = kind.check(self.rollout.engine_options, self.device) if kind.check else None
         if problem:  # attributed to the options where it is about one of them
-            key = "rollout.engine_options" if problem.startswith("engine_options.") else ""
-            raise ConfigError(f"rollout.engine {engine}: {problem}", key or "rollout.engine")
+            about_options = problem.startswith("engine_options.")
+            key = "rollout.engine_options" if about_options else "rollout.engine"
+            raise ConfigError(f"rollout.engine {engine}: {problem}", key)
 
     def check_agent(self) -> None:
         """`rollout.agent`: the program samples RL's trajectories whole, with its own tools."""
