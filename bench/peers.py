@@ -3,11 +3,13 @@
     python bench/peers.py [--quick] [--blocks 4] [--block 4] [--threads 1] [--model PATH]
                           [--mixed-groups] [--out FILE] [--profile N] [--no-trl] [--no-tools]
                           [--no-before]
-    python bench/peers.py --model smollm2-135m-instruct [--part sft,rl] [--blocks 3] ...
+    python bench/peers.py --model smollm2-135m-instruct [--part sft,rl,tools] [--blocks 3] ...
 
 `--model smollm2-135m-instruct` is the SmolLM2 mode (issue 42, `bench/peers_smollm2.py`):
 SFT tokens/s (full and LoRA, float32 and bfloat16) and the RL step against TRL on the real
-model, each contender in a process of its own. Everything below is the tiny-model mode.
+model, each contender in a process of its own; `--part tools` is the RL step with tools
+against TRL's own tool calling (issue 47, `bench/peers_smollm2_tools.py`). Everything below
+is the tiny-model mode.
 
 Contenders train the same policy on the same tasks, a block of RL steps at a time, their
 blocks interleaved (the order rotates every round) so that all see the same load on a shared
@@ -205,6 +207,7 @@ class TirlSide:
             clock.add("sampled_tokens", sum(t.num_model_tokens for t in trajs))
             clock.add("tool_tokens", sum(t.num_tool_tokens for t in trajs))
             clock.add("tool_calls", sum(len(t.tool_calls) for t in trajs))
+            clock.add("correct", sum(bool(t.score and t.score.correct) for t in trajs))
             clock.add("tool_s", sum(c.duration_s for t in trajs for c in t.tool_calls))
 
         self.trainer.feed.score = timed_score
@@ -228,6 +231,7 @@ class TirlSide:
             "tool_tokens": c.get("tool_tokens", 0),
             "tool_calls": c.get("tool_calls", 0),
             "tool_s": c.get("tool_s", 0.0),
+            "correct": c.get("correct", 0),
             "computed_tokens": c.get("computed", 0),
             "real_tokens": c.get("real", 0),
             "engine_steps": getattr(self.rollout.engine, "steps", 0) - decode_steps,
@@ -647,7 +651,10 @@ def main() -> None:
     )
     smollm2 = parser.add_argument_group("SmolLM2 mode (--model smollm2-135m-instruct)")
     smollm2.add_argument(
-        "--part", default="sft,rl", help="sft, rl or both (default sft,rl: one run)"
+        "--part",
+        default="sft,rl",
+        help="sft, rl, tools (with tools against TRL's own tool calling,"
+        " bench/peers_smollm2_tools.py) or a list (default sft,rl: one run)",
     )
     smollm2.add_argument("--rl-blocks", type=int, default=2, help="RL blocks (no warm-up)")
     smollm2.add_argument(
@@ -690,8 +697,8 @@ def main() -> None:
         args.blocks = 3 if args.blocks is None else args.blocks
         args.block = 1 if args.block is None else args.block
         args.part = {p.strip() for p in args.part.split(",")}
-        if not args.part or args.part - {"sft", "rl"}:
-            parser.error(f"--part {','.join(sorted(args.part))}: sft, rl or sft,rl")
+        if not args.part or args.part - {"sft", "rl", "tools"}:
+            parser.error(f"--part {','.join(sorted(args.part))}: sft, rl, tools or a list")
         args.dtypes = [d.strip() for d in args.dtypes.split(",")]
         if not args.dtypes or set(args.dtypes) - {"float32", "bfloat16"}:
             parser.error(f"--dtypes {','.join(args.dtypes)}: float32, bfloat16 or both")

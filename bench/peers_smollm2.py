@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct: tirl's SFT and RL steps against TRL's, in float32 and bfloat16.
 
-    python bench/peers.py --model smollm2-135m-instruct [--part sft,rl] [--blocks 3]
+    python bench/peers.py --model smollm2-135m-instruct [--part sft,rl,tools] [--blocks 3]
         [--rl-blocks 2] [--bf16-blocks 1] [--dtypes float32,bfloat16]
         [--trl-bf16 autocast|weights] [--threads 1]
         [--no-trl] [--no-tools] [--out FILE]
@@ -44,6 +44,10 @@ rarely writes code: the with-tools row is the interpreter's cost at the rate it 
 first; where TRL refuses SmolLM2's template, its one-line error is printed instead of a row.
 float32 only: on this machine's CPU a bfloat16 RL step would take many minutes.
 
+With tools (`--part tools`, `bench/peers_smollm2_tools.py`), one more RL group: tirl with its
+interpreter against TRL with its own tool calling, on a policy SFT'd into both formats and
+with TRL given a chat template its tool calling knows.
+
 Blocks: float32 SFT 1 warm-up block + `--blocks`; bfloat16 SFT `--bf16-blocks` and RL
 `--rl-blocks`, without a warm-up block (a step there takes minutes, so the first step's
 set-up is a small share of it). A block is `--block` steps (default 1 here). The bfloat16
@@ -62,11 +66,12 @@ import time
 from pathlib import Path
 
 import peers
+import peers_smollm2_tools
 from peers_trl import trim_heap
 
 MODEL = "smollm2-135m-instruct"
 PRESET = "real_model"  # what `tirl quickstart --model smollm2-135m-instruct` runs
-SFT, RL = "sft", "rl"
+SFT, RL, TOOLS = "sft", "rl", "tools"
 LORA_OFF = ["model.lora.rank=0"]
 TRL_NOTE = {"autocast": "bf16=True (autocast, float32 weights)", "weights": "bfloat16 weights"}
 
@@ -185,9 +190,11 @@ async def rl_worker(cfg, spec: dict, tmp: Path) -> None:
     async with Sandbox(cfg.sandbox.limits(), preload=tuple(cfg.sandbox.preload)) as sandbox:
         side = peers.TirlSide(cfg, sandbox, spec["tools"], tmp)
         engine = side.rollout.engine
+        task = side.pipeline.mixture.item("train", cfg.sft.examples)  # the block's first
         emit({
             "event": "built", "load_s": time.perf_counter() - start,
             "sampler": f"{type(engine).__name__}, kv_cache {getattr(engine, 'kv_cache', '-')}",
+            "prompt_tokens": len(side.pipeline.prompt_ids(task)),
         })  # fmt: skip
         emit({"event": "ready"})
         try:
@@ -413,11 +420,16 @@ def summarize(records: list[dict], part: str) -> dict:
             )
         out["cells"] = statistics.median(s["cells"] for s in steps)
     else:
-        for key in ("sampled_tokens", "tool_calls", "sample_s"):
+        keys = ("sampled_tokens", "tool_calls", "sample_s", "correct", "real_tokens",
+                "computed_tokens", "update_s", "trained_rows")  # fmt: skip
+        for key in keys:
             if key in steps[0]:
                 out[key] = statistics.median(s[key] for s in steps)
-        if "generate_s" in steps[0]:
+        if "generate_s" in steps[0]:  # TRL's: the update is the step after sampling, scoring
             out["sample_s"] = statistics.median(s["generate_s"] for s in steps)
+            out["update_s"] = statistics.median(
+                s["step_s"] - s["generate_and_score_s"] for s in steps
+            )
     return out
 
 
@@ -440,12 +452,18 @@ async def run(args) -> dict:
     rl = [{"name": "RL LoRA float32", "part": RL, "warmup": 0, "blocks": args.rl_blocks,
            "memory_gb": 9}]  # fmt: skip
     order = groups + (rl if RL in args.part else [])
+    if TOOLS in args.part:  # the policy first (made once, outside every clock)
+        policy = await asyncio.to_thread(peers_smollm2_tools.tools_policy, args.threads)
+        order.append(peers_smollm2_tools.tools_group(args))
+        out["tools_policy"] = str(policy)
     with tempfile.TemporaryDirectory(prefix="tirl-peers-smollm2-") as tmp:
         for group in order:
             started = time.perf_counter()
             load = os.getloadavg()[0]
             if group["part"] == SFT:
                 makers = sft_makers(group, args, cfg, Path(tmp), batches)
+            elif group["name"] == peers_smollm2_tools.TOOLS_GROUP:
+                makers = peers_smollm2_tools.tools_makers(args, policy, Path(tmp))
             else:
                 makers = await rl_makers(args, cfg, out, Path(tmp))
             result = await run_group(group, makers, args.block, restart=group["part"] == RL)
@@ -511,17 +529,24 @@ def rl_table(out: dict) -> str:
         if g["group"]["part"] != RL:
             continue
         s = g["summary"]
-        trl = s.get("TRL GRPOTrainer text-only")
+        trl = s.get(g["group"].get("baseline", "TRL GRPOTrainer text-only"))
         for name, m in s.items():
             ratio = f"{trl['step_s'] / m['step_s']:.2f}x" if trl else "-"
             rows.append((
-                name, f"{m['step_s']:.1f}", f"{m.get('sample_s', 0):.1f}",
+                f"{name} ({g['group']['name']})", f"{m['step_s']:.1f}", f"{m.get('sample_s', 0):.1f}",
+                f"{g['info'][name].get('prompt_tokens', '-')}",
                 f"{m.get('sampled_tokens', 0):.0f}", f"{m.get('tool_calls', 0):.0f}",
-                f"{m['peak_rss_gb']:.2f}", ratio, f"{m['blocks']} x {m['steps'] // m['blocks']}",
+                f"{m.get('correct', 0):.0f}", f"{m.get('update_s', 0):.1f}",
+                f"{m.get('real_tokens', 0):.0f} / {m.get('computed_tokens', 0):.0f}",
+                f"{m['trained_rows']:.2f}" if "trained_rows" in m else "1.00",
+                f"{m['peak_rss_gb']:.2f}", ratio,
+                f"{m['blocks']} x {m['steps'] // m['blocks']}",
                 f"{min(g['loads']):.1f}-{max(g['loads']):.1f}",
             ))  # fmt: skip
-    head = ("contender", "s/step", "sampling s", "sampled tokens/step", "tool calls/step",
-            "peak RSS GB", "speed vs TRL (TRL s / s)", "blocks x steps", "load")  # fmt: skip
+    head = ("contender", "s/step", "sampling s", "prompt tokens", "sampled tokens/step",
+            "tool calls/step", "correct/step", "update s", "update tokens (real / computed)",
+            "rows trained", "peak RSS GB", "speed vs TRL (TRL s / s)", "blocks x steps",
+            "load")  # fmt: skip
     return peers.table(head, rows)
 
 
@@ -534,6 +559,8 @@ def main(args) -> None:
         out = asyncio.run(run(args))
     except peers.TrlFailed as exc:
         raise SystemExit(f"peers: {exc}") from None
+    if args.out:  # first: a table that fails to print loses nothing
+        Path(args.out).write_text(json.dumps(out, indent=2, default=str))
     versions = {}
     for g in out["groups"].values():
         for info in g["info"].values():
@@ -543,15 +570,17 @@ def main(args) -> None:
               " position computed), TRL's bfloat16: " + TRL_NOTE[out["trl_bf16"]])  # fmt: skip
         print(sft_table(out))
     if any(g["group"]["part"] == RL for g in out["groups"].values()):
-        print("\nRL step, LoRA, float32, 4 prompts x 8 samples, 64 model tokens")
+        print("\nRL step, LoRA, float32, 4 prompts x 8 samples; RL LoRA float32: 64 model"
+              f" tokens, SmolLM2 as loaded; {peers_smollm2_tools.TOOLS_GROUP}:"
+              f" {peers_smollm2_tools.MAX_TOKENS} completion tokens, at most"
+              f" {peers_smollm2_tools.TOOL_BUDGET} tool calls, the policy SFT'd on both"
+              f" formats ({out.get('tools_policy', '-')})")  # fmt: skip
         if "trl_tools" in out and out["trl_tools"] != "built":
             print(f"TRL GRPOTrainer with tools: not run: {out['trl_tools']}")
         print(rl_table(out))
     print(f"\nload {out['load_before'][0]:.2f} before, {out['load_after'][0]:.2f} after;"
           f" {time.perf_counter() - start:.0f} s in all; torch threads {args.threads} per"
           f" process. {', '.join(f'{k} {v}' for k, v in versions.items())}")  # fmt: skip
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=2, default=str))
 
 
 if __name__ == "__main__":

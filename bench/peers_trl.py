@@ -149,7 +149,62 @@ def step_clock(counters: dict, every: int, built: dict, trim: bool):
 def main(spec: dict) -> None:
     if spec.get("mode") == "sft":
         return sft_main(spec)
+    if spec.get("mode") == "tool_rows":
+        return tool_rows_main(spec)
     return grpo_main(spec)
+
+
+def tool_tokenizer(spec: dict):
+    """The policy's tokenizer with TRL's own copy of a chat template that its tool calling
+    knows (`spec["chat_template"]`, e.g. `qwen2_5`: ChatML, the same tokens as SmolLM2's),
+    so that `GRPOTrainer(tools=...)` can render tool schemas and parse `<tool_call>` blocks."""
+    from transformers import AutoTokenizer
+    from trl import chat_template_utils
+
+    tokenizer = AutoTokenizer.from_pretrained(spec["model"])
+    tokenizer.chat_template = getattr(chat_template_utils, f"{spec['chat_template']}_chat_template")
+    return tokenizer
+
+
+def tool_rows_main(spec: dict) -> None:
+    """SFT rows in TRL's tool-calling format, rendered by TRL's template: for each example
+    (`problem`, `code`, `output`, `answer`) the conversation system, user, an assistant tool
+    call `python(code=...)`, the tool's output, the assistant's answer; token ids and a loss
+    mask that is 1 on the assistant's own tokens (through its `<|im_end|>`) and 0 on the
+    prompt and on the tool's reply, as TRL's tool loop masks it. One `rows` record."""
+    tokenizer = tool_tokenizer(spec)
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    system = [{"role": "system", "content": spec["system"]}]
+
+    def ids(messages: list[dict], generation_prompt: bool) -> list[int]:
+        text = tokenizer.apply_chat_template(
+            messages, tools=[python], add_generation_prompt=generation_prompt, tokenize=False
+        )
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    rows = []
+    for ex in spec["examples"]:
+        call = {
+            "type": "function",
+            "function": {"name": "python", "arguments": {"code": ex["code"]}},
+        }
+        conv = [
+            *system, {"role": "user", "content": ex["problem"]},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": "python", "content": ex["output"]},
+            {"role": "assistant", "content": ex["answer"]},
+        ]  # fmt: skip
+        # prefix renders: prompt | tool call | tool reply + generation prompt | answer
+        cuts = [ids(conv[:2], True), ids(conv[:3], False), ids(conv[:4], True), ids(conv, False)]
+        for shorter, longer in zip(cuts, cuts[1:]):
+            if longer[: len(shorter)] != shorter:
+                raise SystemExit("peers_trl: the template does not preserve prefixes")
+        full, mask = cuts[-1], [0] * len(cuts[-1])
+        for start, stop in ((len(cuts[0]), len(cuts[1])), (len(cuts[2]), len(cuts[3]))):
+            stop = start + full[start:stop].index(end) + 1  # the model stops at <|im_end|>
+            mask[start:stop] = [1] * (stop - start)
+        rows.append({"ids": full, "mask": mask, "prompt_len": len(cuts[0])})
+    emit({"event": "rows", "rows": rows})
 
 
 def grpo_main(spec: dict) -> None:
@@ -191,10 +246,11 @@ def grpo_main(spec: dict) -> None:
         """tirl's reward of each completion, scored by its own task as tirl scores it."""
         rewards = []
         for text, ids, i in zip(completions, completion_ids, task_index):
-            if not isinstance(text, str):  # a conversation: the assistant message(s)
-                text = "".join(m.get("content") or "" for m in text)
+            if not isinstance(text, str):  # a conversation: the assistant's own messages
+                counters["tool_calls"] += sum(m["role"] == "tool" for m in text)
+                text = "".join(m.get("content") or "" for m in text if m["role"] == "assistant")
             traj = Trajectory([Segment(SegmentKind.MODEL, list(ids), text)])
-            score_trajectory(traj, tasks[i])
+            counters["correct"] += score_trajectory(traj, tasks[i]).correct
             rewards.append(float(reward_of(traj)))
         return rewards
 
@@ -233,9 +289,13 @@ def grpo_main(spec: dict) -> None:
         dataloader_num_workers=0,
         seed=spec["seed"],
         use_vllm=False,
+        max_tool_calling_iterations=spec.get("tool_budget"),
     )
 
-    counters = {"generate_s": 0.0, "generate_and_score_s": 0.0, "sampled_tokens": 0}
+    counters = {
+        "generate_s": 0.0, "generate_and_score_s": 0.0, "sampled_tokens": 0, "tool_calls": 0,
+        "correct": 0, "real_tokens": 0, "computed_tokens": 0,
+    }  # fmt: skip
 
     class TimedGRPOTrainer(GRPOTrainer):
         """GRPOTrainer with clocks around sampling and around sampling + scoring."""
@@ -246,6 +306,16 @@ def grpo_main(spec: dict) -> None:
             counters["generate_s"] += time.perf_counter() - start
             counters["sampled_tokens"] += sum(len(ids) for ids in completion_ids)
             return completion_ids, logprobs
+
+        def compute_loss(self, model, inputs, *rest, **kwargs):
+            """Count the update's token positions: real (prompt and completion masks) and
+            computed (the padded batch), as tirl's side counts its passes."""
+            masks = inputs["prompt_mask"].sum() + inputs["completion_mask"].sum()
+            counters["real_tokens"] += int(masks)
+            counters["computed_tokens"] += (
+                inputs["prompt_ids"].numel() + inputs["completion_ids"].numel()
+            )
+            return super().compute_loss(model, inputs, *rest, **kwargs)
 
         def _generate_and_score_completions(self, inputs):
             start = time.perf_counter()
@@ -263,6 +333,7 @@ def grpo_main(spec: dict) -> None:
             callbacks=[step_clock(counters, updates, built, trim=False)],
             peft_config=lora_config(spec),
             **({"tools": [python]} if spec.get("tools") else {}),
+            **({"processing_class": tool_tokenizer(spec)} if spec.get("chat_template") else {}),
         )
     except Exception as exc:
         if not spec.get("tools"):
@@ -271,14 +342,16 @@ def grpo_main(spec: dict) -> None:
               "versions": versions(spec)})  # fmt: skip
         return
     built_at = built["at"] = time.perf_counter()
+    tools = {"tools": [python]} if spec.get("tools") else {}
     if spec.get("chat"):
         out = trainer.processing_class.apply_chat_template(
-            dataset[0]["prompt"], add_generation_prompt=True, tokenize=True
+            dataset[0]["prompt"], add_generation_prompt=True, tokenize=True, **tools
         )
         first_prompt = out["input_ids"] if hasattr(out, "keys") else out
     else:
         first_prompt = trainer.processing_class(text=[dataset[0]["prompt"]])["input_ids"][0]
-    if list(first_prompt) != spec["first_prompt_ids"]:
+    # with tools, TRL's prompt is its own (the template lists the tools): only its length
+    if not tools and list(first_prompt) != spec["first_prompt_ids"]:
         raise SystemExit(
             "peers_trl: TRL tokenizes the prompt differently from tirl's renderer"
             f" ({list(first_prompt)[:8]}... vs {spec['first_prompt_ids'][:8]}...)"
@@ -286,7 +359,7 @@ def grpo_main(spec: dict) -> None:
     a = trainer.args
     emit({
         "event": "built", "load_s": built_at - start, "threads": torch.get_num_threads(),
-        "versions": versions(spec),
+        "versions": versions(spec), "prompt_tokens": len(first_prompt),
         "dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
         "bf16": a.bf16, "peft": type(trainer.model).__name__,
         "args": {key: getattr(a, key) for key in (
@@ -294,6 +367,7 @@ def grpo_main(spec: dict) -> None:
             "steps_per_generation", "gradient_accumulation_steps", "num_iterations",
             "max_completion_length", "temperature", "top_p", "top_k", "beta", "epsilon",
             "epsilon_high", "loss_type", "use_vllm", "gradient_checkpointing", "optim",
+            "max_tool_calling_iterations",
         )},
     })  # fmt: skip
     trainer.train()
