@@ -18,7 +18,9 @@ in either format. So:
   Made once and kept in `~/.cache/tirl/peers-smollm2-tools-<hash>` (about 10 min on 2 cores).
 
 Then one RL group, each block a process of its own as in the `rl` part: `tirl with tools`
-(`RLTrainer` as `tirl train` builds it for the `real_model` preset, with the sandbox) against
+(`RLTrainer` as `tirl train` builds it for the `real_model` preset, with the sandbox) and
+`tirl with tools (every row)` (the same without `rl.skip_zero_advantage`: every row through
+the update, the same work as TRL's update whatever the groups scored) against
 `TRL GRPOTrainer with tools` (`tools=[python]`, a function that runs the code in a fresh
 Python process, as TRL's documentation writes tools), with the same LoRA, tasks, rewards
 (tirl's scorer on the assistant's own text), 4 prompts x 8 samples, 2 updates, at most 2
@@ -163,8 +165,8 @@ def rl_overrides(policy: Path) -> list[str]:
 
 
 def tools_makers(args, policy: Path, tmp: Path) -> dict:
-    """tirl with tools (as it runs, and with every row trained) and TRL with tools: name -> a function that starts the contender for
-    block k, its tasks the k-th block's."""
+    """tirl with tools (as it runs, and with every row trained) and TRL with tools: name -> a
+    function that starts the contender for block k, its tasks the k-th block's."""
     from tirl.train.pipeline import Pipeline
 
     overrides = [*peers_smollm2.base_overrides(args.threads), *rl_overrides(policy)]
