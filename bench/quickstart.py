@@ -1,10 +1,13 @@
 """`tirl quickstart`, timed and its memory measured, against a baseline tree in the same run.
 
-    python bench/quickstart.py [--baseline-src DIR] [--out-dir DIR] [--json FILE] [-- OVERRIDES]
+    python bench/quickstart.py [--baseline-src DIR] [--with OVERRIDE ...] [--out-dir DIR]
+                               [--json FILE] [-- OVERRIDES]
 
 Each tree (this checkout's `src`, and `--baseline-src`, e.g. the tree before a change:
 `git archive <commit> src | tar -x -C /tmp/base`) runs `tirl quickstart` from scratch, one after
-the other, under `/usr/bin/time -v` when it exists. Measured for each:
+the other, under `/usr/bin/time -v` when it exists. `--with OVERRIDE` (repeatable) adds a run
+of this tree with those overrides, after its plain run: a setting against the default in the
+same run (e.g. `--with model.dtype=bfloat16`). Measured for each:
 - wall time of the command (imports, demonstrations, SFT, RL, evaluations, report);
 - memory: `/usr/bin/time`'s maximum resident set size (the largest single process of the
   tree: the kernel reports the largest child's peak, not a sum) and, sampled every 0.5 s, the
@@ -142,19 +145,25 @@ def main() -> None:
     parser.add_argument("--baseline-src", type=Path, help="a tree's src folder to compare with")
     parser.add_argument("--out-dir", type=Path, help="where the runs go (default: a temp folder)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
-    parser.add_argument("overrides", nargs="*", help="config overrides for both runs")
+    parser.add_argument(
+        "--with", dest="extra", action="append", default=[], metavar="OVERRIDE",
+        help="also run this tree with this override added (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("overrides", nargs="*", help="config overrides for every run")
     args = parser.parse_args()
     if args.baseline_src and not (args.baseline_src / "tirl" / "__init__.py").is_file():
         parser.error(f"--baseline-src {args.baseline_src}: no tirl package there")
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="tirl-bench-quickstart-"))
-    trees = {"this tree": ROOT / "src"}
+    plan = {"this tree": (ROOT / "src", args.overrides)}
     if args.baseline_src:
-        trees = {"baseline": args.baseline_src, **trees}
+        plan = {"baseline": (args.baseline_src, args.overrides), **plan}
+    if args.extra:
+        plan[f"this tree, {' '.join(args.extra)}"] = (ROOT / "src", [*args.overrides, *args.extra])
     load = os.getloadavg()[0]
     runs = {}
-    for i, (name, src) in enumerate(trees.items()):
-        print(f"running tirl quickstart from {src} ...", flush=True)
-        runs[name] = run_quickstart(src, out_dir / f"run{i}", args.overrides)
+    for i, (name, (src, overrides)) in enumerate(plan.items()):
+        print(f"running tirl quickstart from {src} {' '.join(overrides)} ...", flush=True)
+        runs[name] = run_quickstart(src, out_dir / f"run{i}", overrides)
         print(f"  {runs[name]['wall_s']:.0f} s", flush=True)
     print()
     print(table(runs))
