@@ -131,14 +131,30 @@ def test_many_seeded_requests_with_long_prompts_are_served(runner, engine, token
     assert all(o.ids for o in first)
 
 
-def test_a_cancelled_request_leaves_the_engine_serving(runner, engine, hf_engine, tokenizer):
+def test_a_cancelled_request_leaves_the_engine_serving(
+    runner, engine, hf_engine, tokenizer, monkeypatch
+):
     batch = prompts(tokenizer, "cir_fences", False, 4)
+    streaming = asyncio.Event()
+    serve = engine.llm.generate
+
+    async def watched(*args, **kwargs):  # vLLM's stream, noting its first output
+        async for out in serve(*args, **kwargs):
+            streaming.set()
+            yield out
+
+    monkeypatch.setattr(engine.llm, "generate", watched)
 
     async def cancel_one():
         task = asyncio.create_task(
             engine.generate("doomed", batch[0], max_new_tokens=200, temperature=1.0, seed=1)
         )
-        await asyncio.sleep(0.05)
+        # cancelled mid-stream: not after a fixed pause, which a fast CPU outran (the whole
+        # completion was done within 50 ms, and the cancel came too late to cancel anything)
+        first = asyncio.create_task(streaming.wait())
+        await asyncio.wait([first, task], return_when=asyncio.FIRST_COMPLETED)
+        first.cancel()
+        assert not task.done(), "the request ended before any output came"
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
