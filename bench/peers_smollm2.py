@@ -533,7 +533,8 @@ def rl_table(out: dict) -> str:
         for name, m in s.items():
             ratio = f"{trl['step_s'] / m['step_s']:.2f}x" if trl else "-"
             rows.append((
-                f"{name} ({g['group']['name']})", f"{m['step_s']:.1f}", f"{m.get('sample_s', 0):.1f}",
+                f"{name} ({g['group']['name']})", f"{m['step_s']:.1f}",
+                f"{m.get('sample_s', 0):.1f}",
                 f"{g['info'][name].get('prompt_tokens', '-')}",
                 f"{m.get('sampled_tokens', 0):.0f}", f"{m.get('tool_calls', 0):.0f}",
                 f"{m.get('correct', 0):.0f}", f"{m.get('update_s', 0):.1f}",
