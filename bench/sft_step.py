@@ -47,26 +47,6 @@ def pipeline_for(preset: str, threads: int, dtype: str):
     return cfg, pipeline
 
 
-def batches_of(cfg, pipeline, steps: int) -> list[list]:
-    """The preset's demonstrations, drawn into batches as `tirl train` draws them."""
-    import torch
-
-    from tirl.sandbox import Sandbox
-    from tirl.train.sft import length_grouped_batches
-
-    async def demonstrations():
-        async with Sandbox(cfg.sandbox.limits(), preload=tuple(cfg.sandbox.preload)) as sandbox:
-            return await pipeline.demonstrations(True, sandbox)
-
-    demos = asyncio.run(demonstrations())
-    generator = torch.Generator().manual_seed(cfg.seed)
-    lengths = [len(d.ids) for d in demos]
-    draws = length_grouped_batches(
-        lengths, cfg.sft.batch_size, steps, cfg.sft.length_window, generator
-    )
-    return [[demos[r] for r in rows] for rows in draws]
-
-
 def trainer(preset: str, threads: int, setting: str):
     """A function that runs one SFT step on a batch: (seconds, loss)."""
     import torch
@@ -115,9 +95,10 @@ def main() -> None:
         parser.error("--steps must be >= 4 and --threads >= 1")
     os.environ.setdefault("TQDM_DISABLE", "1")
     import torch
+    from peers_smollm2 import make_sft_rows  # the preset's rows, drawn as `tirl train` draws
 
-    cfg, pipeline = pipeline_for(args.preset, args.threads, "float32")
-    batches = batches_of(cfg, pipeline, args.steps)
+    cfg, _ = pipeline_for(args.preset, args.threads, "float32")
+    batches = asyncio.run(make_sft_rows(cfg, args.steps))
     steps = {s: trainer(args.preset, args.threads, s) for s in settings}
     torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
