@@ -604,7 +604,11 @@ def part_a(a) -> None:
 
 
 def part_b(a) -> None:
-    w = EngineWorkload(trajectories=24) if a.quick else EngineWorkload()
+    w = replace(
+        EngineWorkload(),
+        trajectories=a.trajectories or (24 if a.quick else 48),
+        max_batch=a.max_batch,
+    )
     torch.set_num_threads(a.threads)
     model = bench_model(a.model, a.hidden)
     t0, load0 = time.perf_counter(), os.getloadavg()
@@ -642,6 +646,15 @@ def main() -> None:
         " a folder)",
     )
     ap.add_argument("--threads", type=int, default=1, help="part b: torch threads (default 1)")
+    ap.add_argument(
+        "--max-batch",
+        type=int,
+        default=EngineWorkload.max_batch,
+        help="part b: rows the engine decodes at once, in both admissions (default 8)",
+    )
+    ap.add_argument(
+        "--trajectories", type=int, help="part b: trajectories a repetition (default 48; 24 quick)"
+    )
     ap.add_argument(
         "--kv-cache",
         choices=("both", *CACHES),
