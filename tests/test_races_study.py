@@ -13,7 +13,7 @@ import pytest
 from tirl.cli import main
 from tirl.config import ConfigError
 from tirl.envs.core import REGISTRY
-from tirl.studies.races_report import mixture_check, task_row
+from tirl.studies.races_report import ARM_TITLES, UNTESTABLE, mixture_check, task_row
 from tirl.studies.races_stats import (
     bootstrap_draws,
     claim4_testability,
@@ -317,8 +317,30 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
     assert "code: claims 1:" in capsys.readouterr().out
     assert main(["study", "races", "--report-only", "--out", str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err
-    assert "is not a finished study" in err and "Traceback" not in err
+    assert "has no study to report" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+    # a study stopped midway is reported on the arms that finished, and says which did not
+    last = "seq5"
+    progress = out / "seed0" / last / "eval_progress.json"
+    kept = progress.read_bytes()
+    progress.unlink()
+    assert main(["study", "races", "--report-only", "--out", str(out)]) == 0
+    partial = (out / "study.md").read_text()
+    assert "The study was stopped before these arms finished" in partial
+    assert f"{ARM_TITLES[last]} (`--resume` finishes them)" in partial
+    partial_results = json.loads((out / "results.json").read_text())
+    assert f"code/{last}" not in partial_results["arms"]
+    assert len(partial_results["arms"]) == len(results["arms"]) - 2  # both variants
+    for variant in ("code", "text"):
+        claim4 = partial_results["claims"][variant][3]["verdict"]
+        assert claim4 in ("inconclusive (not finished: seq5)", UNTESTABLE), claim4
+        # its first step is logged, and that is all claim 4's testability needs of it
+        assert partial_results["claim4"][variant]["first_step_train_reward"].keys() == {
+            "seq3", "seq4", "seq5"}  # fmt: skip
+    progress.write_bytes(kept)
+    assert main(["study", "races", "--report-only", "--out", str(out)]) == 0
+    assert (out / "study.md").read_text() == md
+    capsys.readouterr()
 
     # what every arm trained on, counted here from the logged task ids and the arm's task file
     manifest = json.loads((out / "tasks" / "manifest.json").read_text())

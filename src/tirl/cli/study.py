@@ -13,7 +13,8 @@ from tirl.config import ConfigError
 
 def cmd_study_races(args: argparse.Namespace) -> int:
     """`tirl study races [CONFIG] [--quick] [--resume] [overrides]`: RACES's composition study;
-    with `--report-only`, the report of a finished study folder again, without training."""
+    with `--report-only`, the report of a study folder again, without training (of a study
+    stopped midway, on the arms that finished)."""
     from tirl.studies.races_report import finished_problem, write_study_report
 
     out = Path(args.out)
@@ -23,7 +24,7 @@ def cmd_study_races(args: argparse.Namespace) -> int:
     if args.report_only:
         problem = finished_problem(out)
         if problem:
-            raise ConfigError(f"--report-only: {out} is not a finished study ({problem})")
+            raise ConfigError(f"--report-only: {out} has no study to report ({problem})")
         _print_summary(write_study_report(out), out)
         return 0
     from tirl.studies.races_study import RacesStudyConfig
@@ -84,7 +85,8 @@ def add_parser(sub) -> None:
     )  # fmt: skip
     p.add_argument(
         "--report-only", action="store_true",
-        help="write the report of the finished study in --out again, without training",
+        help="write the report of the study in --out again, without training (a study"
+        " stopped midway: on the arms that finished)",
     )  # fmt: skip
     p.add_argument(
         "--sft-from", metavar="FOLDER",

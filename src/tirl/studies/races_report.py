@@ -192,9 +192,14 @@ def arm_task_file(manifest: dict, arm: str, seed: int) -> str:
 
 
 def load(folder: Path) -> dict:
-    """Every number the report needs, read from the study folder."""
+    """Every number the report needs, read from the study folder. Of a study stopped midway,
+    the arms that finished (`manifest["arms"]`), the others named in
+    `manifest["unfinished_arms"]`."""
     folder = Path(folder)
     manifest = json.loads((folder / "tasks" / "manifest.json").read_text())
+    finished = finished_arms(folder, manifest)
+    unfinished = [arm for arm in manifest["arms"] if arm not in finished]
+    manifest = {**manifest, "arms": finished, "unfinished_arms": unfinished}
     sft_eval = json.loads((folder / "sft" / "eval_progress.json").read_text())
     eval_rows = {s: _task_rows(folder / "tasks" / f"heldout_{s}.jsonl") for s in SETS}
     heldout_comps = {tuple(r["envs"]) for r in eval_rows["compositions"]}
@@ -232,12 +237,38 @@ def load(folder: Path) -> dict:
             for s in SETS}
         for variant in manifest["variants"]
     }  # fmt: skip
+    started = [*manifest["arms"], *manifest["unfinished_arms"]]
+    first_rewards = {
+        variant: {a: first_train_reward(folder, manifest, variant, a)
+                  for a in ("seq3", "seq4", "seq5") if a in started}
+        for variant in manifest["variants"]
+    }  # fmt: skip
     return {"manifest": manifest, "eval_rows": eval_rows, "runs": runs, "sft": sft_eval,
-            "start": start}  # fmt: skip
+            "start": start, "first_train_reward": first_rewards}  # fmt: skip
+
+
+def _arm_files(manifest: dict, arm: str) -> list[Path]:
+    """What an arm's runs (every seed) leave in the study folder once finished."""
+    files = []
+    for seed in manifest["seeds"]:
+        run_dir = Path(f"seed{seed}") / arm
+        files += [run_dir / "eval_progress.json", run_dir / "metrics.jsonl"]
+        files += [run_dir / "samples" / f"{v}_rl_{s}.jsonl" for v in manifest["variants"]
+                  for s in SETS]  # fmt: skip
+    return files
+
+
+def finished_arms(folder: Path, manifest: dict) -> list[str]:
+    """The study's arms whose runs all finished, in the study's order."""
+    return [
+        arm for arm in manifest["arms"]
+        if all((folder / path).is_file() for path in _arm_files(manifest, arm))
+    ]  # fmt: skip
 
 
 def finished_problem(folder: Path) -> str | None:
-    """What a folder lacks to be a finished study the report can read (None if nothing), so
+    """What a folder lacks for a report (None if nothing): the SFT start's evaluation and at
+    least one finished arm (a study stopped midway is reported on the arms that finished), so
     that `--report-only` on the wrong folder says so in one line."""
     folder = Path(folder)
     manifest_path = folder / "tasks" / "manifest.json"
@@ -245,16 +276,13 @@ def finished_problem(folder: Path) -> str | None:
         return "no tasks/manifest.json"
     try:
         manifest = json.loads(manifest_path.read_text())
-        variants, arms, seeds = manifest["variants"], manifest["arms"], manifest["seeds"]
+        variants, arms, _ = manifest["variants"], manifest["arms"], manifest["seeds"]
     except (ValueError, KeyError, TypeError):
         return "tasks/manifest.json is not a study's manifest"
     wanted = [Path("sft") / "eval_progress.json"]
     wanted += [Path("sft") / "samples" / f"{v}_sft_{s}.jsonl" for v in variants for s in SETS]
-    for seed in seeds:
-        for arm in arms:
-            run_dir = Path(f"seed{seed}") / arm
-            wanted += [run_dir / "eval_progress.json", run_dir / "metrics.jsonl"]
-            wanted += [run_dir / "samples" / f"{v}_rl_{s}.jsonl" for v in variants for s in SETS]
+    if not finished_arms(folder, manifest):
+        wanted += _arm_files(manifest, arms[0])  # none finished: say what the first lacks
     missing = [str(path) for path in wanted if not (folder / path).is_file()]
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
@@ -345,11 +373,16 @@ def _bucket_order(name: str) -> tuple:
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
 
 
-def _first_train_reward(data: dict, variant: str, arm: str) -> float:
-    firsts = [
-        data["runs"][(variant, arm, sd)]["train_curve"][:1] for sd in data["manifest"]["seeds"]
-    ]
-    values = [curve[0][1] for curve in firsts if curve]
+def first_train_reward(folder: Path, manifest: dict, variant: str, arm: str) -> float:
+    """An arm's training reward at its first RL step, the mean over the seeds that logged one
+    (an arm stopped midway counts too: claim 4's testability needs only this step)."""
+    values = []
+    for seed in manifest["seeds"]:
+        run_dir = folder / f"seed{seed}" / arm
+        if (run_dir / "metrics.jsonl").is_file():
+            rewards = [r["train/reward_mean"] for r in _rl_records(run_dir, variant)
+                       if "train/reward_mean" in r]  # fmt: skip
+            values += rewards[:1]
     return statistics.fmean(values) if values else math.nan
 
 
@@ -410,15 +443,11 @@ def analyse(data: dict, seed: int = 0) -> dict:
                     "ci": ci(vals),
                     "items": len(idx),
                 }
-        out["claims"][variant] = _claims(data, variant, mats, boot, draws, arms, seeds)
+        out["claims"][variant] = _claims(data, variant, mats, boot, draws, seeds)
         out["claim4"][variant] = claim4_testability(
             data["start"][variant]["compositions"],
             [len(r["envs"]) for r in comp_rows],
-            {
-                a: _first_train_reward(data, variant, a)
-                for a in ("seq3", "seq4", "seq5")
-                if a in arms
-            },
+            data["first_train_reward"][variant],
         )
         if not out["claim4"][variant]["testable"]:
             out["claims"][variant][3]["verdict"] = UNTESTABLE
@@ -434,7 +463,7 @@ def _seed_boot(values: list[float], draws: list[tuple]) -> list[float]:
     return [float(np.nanmean(arr[d[0]])) for d in draws]
 
 
-def _claims(data, variant, mats, boot, draws, arms, seeds) -> list[dict]:
+def _claims(data, variant, mats, boot, draws, seeds) -> list[dict]:
     def diff(a: str, b: str) -> tuple[float, tuple[float, float]]:
         if a not in mats or b not in mats:
             return math.nan, (math.nan, math.nan)
@@ -487,10 +516,18 @@ def _claims(data, variant, mats, boot, draws, arms, seeds) -> list[dict]:
         claims.append({"D": point, "ci": c4, "verdict": verdict(*c4)})
     else:
         claims.append({"D": math.nan, "ci": (math.nan, math.nan), "verdict": "inconclusive"})
-    for claim, needs in zip(claims, CLAIM_ARMS):  # say why, when an arm it compares is not run
-        missing = [a for a in needs if a not in mats]
-        if missing:
-            claim["verdict"] = f"inconclusive (not run: {', '.join(missing)})"
+    unfinished = data["manifest"]["unfinished_arms"]
+    for claim, needs in zip(claims, CLAIM_ARMS):  # say why, when an arm it compares is missing
+        why = [
+            f"{label}: {', '.join(names)}"
+            for label, names in (
+                ("not finished", [a for a in needs if a in unfinished]),
+                ("not run", [a for a in needs if a not in mats and a not in unfinished]),
+            )
+            if names
+        ]
+        if why:
+            claim["verdict"] = f"inconclusive ({'; '.join(why)})"
     return claims
 
 
@@ -615,6 +652,11 @@ def report_blocks(data: dict, results: dict) -> list[tuple]:
         " rollouts. Scores are operator rewards (partial credit for SEQUENTIAL / PARALLEL);"
         " the held-out score is the mean of the atomic and the composition set; [95% bootstrap"
         " CI over seeds and items].")))  # fmt: skip
+    if m["unfinished_arms"]:
+        blocks.append(("p", (
+            "The study was stopped before these arms finished, so this report is on the others:"
+            f" {', '.join(ARM_TITLES[a] for a in m['unfinished_arms'])} (`--resume` finishes"
+            " them).")))  # fmt: skip
     blocks.append(("h2", "The four claims"))
     header = ["claim (paper)", *(f"{v}: D [CI]" for v in m["variants"]),
               *(f"{v}: verdict" for v in m["variants"])]  # fmt: skip
