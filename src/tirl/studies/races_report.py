@@ -237,10 +237,10 @@ def load(folder: Path) -> dict:
             for s in SETS}
         for variant in manifest["variants"]
     }  # fmt: skip
-    started = [*manifest["arms"], *manifest["unfinished_arms"]]
+    study_arms = [*manifest["arms"], *manifest["unfinished_arms"]]  # stopped arms count too
     first_rewards = {
         variant: {a: first_train_reward(folder, manifest, variant, a)
-                  for a in ("seq3", "seq4", "seq5") if a in started}
+                  for a in ("seq3", "seq4", "seq5") if a in study_arms}
         for variant in manifest["variants"]
     }  # fmt: skip
     return {"manifest": manifest, "eval_rows": eval_rows, "runs": runs, "sft": sft_eval,
