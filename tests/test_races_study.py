@@ -334,6 +334,15 @@ def test_a_reduced_study_writes_its_report_and_every_arm_trained_on_its_mixture(
     for variant in ("code", "text"):
         claim4 = partial_results["claims"][variant][3]["verdict"]
         assert claim4 in ("inconclusive (not finished: seq5)", UNTESTABLE), claim4
+        # its figure over SEQ-2, 3 and 4: the longest chains' best - the shortest chains' best
+        c4 = partial_results["claims"][variant][3]
+        scores = {
+            a: partial_results["arms"][f"{variant}/{a}"]["heldout"]
+            for a in ("seq2", "seq3", "seq4")
+        }
+        assert c4["arms"] == ["seq2", "seq3", "seq4"]
+        assert c4["D"] == pytest.approx(scores["seq4"] - max(scores["seq2"], scores["seq3"]))
+        assert c4["ci"][0] <= c4["D"] <= c4["ci"][1]
         # its first step is logged, and that is all claim 4's testability needs of it
         assert partial_results["claim4"][variant]["first_step_train_reward"].keys() == {
             "seq3", "seq4", "seq5"}  # fmt: skip
