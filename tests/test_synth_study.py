@@ -11,7 +11,14 @@ import pytest
 import yaml
 
 from tirl.cli import main
+from tirl.config import load_config
 from tirl.models.tiny import TinyModelSpec, build_model, save_policy
+from tirl.studies.synth_config import (
+    SynthStudyConfig,
+    problem_rows,
+    problem_sources,
+    worked_solution,
+)
 
 TINY_RUN = {
     "variants": ["code"],
@@ -47,8 +54,9 @@ SMALLER = ("study.problems=4", "study.heldout_items=4", "teacher.cot_max_tokens=
 
 @pytest.fixture()
 def tiny_teacher(tokenizer, tmp_path):
-    # Room for the synth prompts (about 500 tokens): the server refuses longer ones.
-    spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, max_positions=1024)
+    # Room for the synth prompts (about 1,200 tokens with a worked solution in the tiny model's
+    # tokens): the server refuses longer ones.
+    spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, max_positions=2048)
     folder = tmp_path / "teacher"
     save_policy(build_model(tokenizer, spec, seed=0).eval(), tokenizer, folder)
     return str(folder)
@@ -70,11 +78,18 @@ def test_quick_study_with_a_served_tiny_teacher_writes_sane_outputs(tiny_teacher
         assert results["verdict"] == "inconclusive"
         assert results["arms"]["none"]["same_as"] == "synth"  # the same run, not trained twice
     stages = {s["stage"]: s for s in results["stages"]}
-    assert {"cot (teacher)", "codeify", "format"} <= set(stages)
+    # study.cot: dataset: gsm_symbolic's two problems bring their worked solutions (correct),
+    # the teacher writes basic_arithmetic's two
+    cot = stages["cot (dataset + teacher)"]
+    assert {"codeify", "format"} <= set(stages)
     for s in results["stages"]:
         assert 0 <= s["pass_rate"] <= 1 and s["out"] <= s["in"], s
-    assert stages["cot (teacher)"]["in"] == 4 and stages["codeify"]["in"] == 4
-    assert stages["cot (teacher)"]["seconds"] > 0 and stages["codeify"]["seconds"] > 0
+    assert cot["in"] == 4 and stages["codeify"]["in"] == 4
+    assert cot["reasons"]["from the dataset"] == 2 and cot["reasons"]["boxed answer correct"] >= 2
+    assert cot["seconds"] > 0 and stages["codeify"]["seconds"] > 0
+    chains = [json.loads(line) for line in (out / "cot" / "input.jsonl").read_text().splitlines()]
+    assert [c["cot_from"] for c in chains] == ["dataset", "teacher", "dataset", "teacher"]
+    assert all(c["solution"] == c["worked"] for c in chains if c["cot_from"] == "dataset")
     for arm, row in results["arms"].items():
         for phase in ("sft", "rl"):
             for metric in ("correct", "calls", "tokens"):
@@ -115,3 +130,21 @@ def test_an_unknown_problem_source_is_one_line(tmp_path, capsys):
     assert len(lines) == 1 and "study.sources[0].dataset" in lines[0], lines
     assert "gsm_symbolic" in lines[0]  # the close name
     assert not (tmp_path / "s").exists()
+
+
+def test_a_datasets_worked_solution_ends_as_the_teachers_would():
+    gsm = "He works 6 * 2 = 12 days a month.\nHe earns 12 * 195 = 2340.\n#### 2340"
+    assert worked_solution(gsm, "2340") == (
+        "He works 6 * 2 = 12 days a month.\nHe earns 12 * 195 = 2340.\nThe answer is \\boxed{2340}."
+    )
+    assert worked_solution("So x = 4, \\boxed{4}.", "4") == "So x = 4, \\boxed{4}."
+    assert worked_solution(" 3 + 4 = 7 ", "7") == "3 + 4 = 7\nThe answer is \\boxed{7}."
+
+
+def test_only_a_source_with_worked_solutions_brings_them():
+    cfg = load_config(SynthStudyConfig, overrides=["study.problems=2"])
+    rows = problem_rows(problem_sources(cfg), 2, "train")
+    gsm, arithmetic = rows
+    assert gsm["source"] == "gsm_symbolic" and "\\boxed{" in gsm["worked"]
+    assert gsm["worked"].endswith(f"\\boxed{{{gsm['answer']}}}.")
+    assert arithmetic["source"] == "basic_arithmetic" and "worked" not in arithmetic

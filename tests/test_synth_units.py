@@ -3,6 +3,8 @@ and the RACES teacher-free path."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -13,6 +15,7 @@ from tirl.protocol.segments import SegmentKind
 from tirl.synth.config import InputConfig, SynthConfig
 from tirl.synth.filters import ContaminationIndex, ast_depth, code_limit_reason
 from tirl.synth.formats import FormatError, load_sft_trajectories, parse_solution, sft_record
+from tirl.synth.prompts import CODEIFY_EXAMPLES, codeify_messages
 from tirl.synth.records import Item, RecordError, Rejected, read_records
 
 
@@ -190,3 +193,31 @@ def test_parquet_input_reads_like_jsonl(tmp_path):
     except ImportError:
         with pytest.raises(RecordError, match="needs `datasets`"):
             list(read_records("hf:owner/name", InputConfig()))
+
+
+def test_codeify_examples_come_first_as_earlier_turns_and_print_what_they_show():
+    plain = codeify_messages("Calculate 2 + 3.", "2 + 3 = 5.")
+    shown = codeify_messages("Calculate 2 + 3.", "2 + 3 = 5.", examples=2)
+    assert [m["role"] for m in plain] == ["system", "user"]
+    assert [m["role"] for m in shown] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert shown[0] == plain[0] and shown[-1] == plain[-1]
+    assert shown[1]["content"].startswith(f"Problem:\n{CODEIFY_EXAMPLES[0][0]}\n")
+    for problem, cot, rewritten in CODEIFY_EXAMPLES:
+        steps = parse_solution(rewritten)
+        answer = cot.rsplit("\\boxed{", 1)[1].split("}")[0]
+        assert steps[-1].kind == "text" and steps[-1].text.endswith(f"\\boxed{{{answer}}}")
+        session: dict = {}  # one session per example, as the execute stage runs them
+        for step in (s for s in steps if s.kind == "code"):
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                exec(step.text, session)  # noqa: S102 - the examples above, written here
+            assert printed.getvalue().strip() == step.simulated, (problem, step.text)
+    with pytest.raises(ConfigError, match="codeify_examples"):
+        load_config(SynthConfig, overrides=[f"codeify_examples={len(CODEIFY_EXAMPLES) + 1}"])

@@ -4,20 +4,25 @@ import, so that a bad key or problem source is one line before torch is loaded.
 Problems: reasoning-gym items through tirl's `reasoning_gym` task source, its question as the
 problem (the line asking for an `<answer>` tag dropped: here answers are `\\boxed{}`) and its
 answer as the reference; train items from the train split, held-out items from the test split
-(a question goes to one split by its hash, so the two never share one).
+(a question goes to one split by its hash, so the two never share one). A train item whose
+dataset carries a worked solution (reasoning-gym's `answer_cot`, e.g. gsm_symbolic's) keeps it
+as `worked`: AgentMath rewrites existing chain-of-thought data (papers/002, §3.1, stage one),
+which `study.cot: dataset` uses instead of the teacher's own.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tirl.config import setting
 from tirl.files import write_text
 from tirl.run.config import RunConfig
 from tirl.synth.config import LimitsConfig, StagesConfig
+from tirl.synth.prompts import CODEIFY_EXAMPLES
 from tirl.tasks import make_source
 from tirl.tasks.sources.reasoning_gym import ANSWER_REQUEST
 
@@ -82,6 +87,12 @@ class StudySettings:
     scripted_examples: int = setting(
         0, ">= 0", "the scripted arm's demonstrations; 0: as many as the synth arm's"
     )
+    cot: Literal["dataset", "teacher"] = setting(
+        "dataset",
+        doc="each train problem's chain of thought: `dataset` takes its dataset's worked solution"
+        " (as AgentMath rewrites existing CoT data) and asks the teacher only where there is"
+        " none; `teacher` has the teacher write every one",
+    )
     task_seed: int = setting(0, ">= 0", "seeds the problem streams")
     quick: list[str] = setting(
         factory=lambda: list(QUICK),
@@ -100,6 +111,12 @@ class TeacherSettings:
     concurrency: int = setting(32, "[1, 10000]", "requests in flight")
     cot_max_tokens: int = setting(256, ">= 1", "tokens of the teacher's own chain of thought")
     max_tokens: int = setting(512, ">= 1", "tokens of each code-ify, correction or judge reply")
+    codeify_examples: int = setting(
+        0,
+        f"[0, {len(CODEIFY_EXAMPLES)}]",
+        "worked examples of the rewrite shown before each problem (tirl synth's"
+        " codeify_examples; 0: AgentMath's prompt, none)",
+    )
     temperature: float = setting(0.0, "[0, 100]", "sampling temperature (0: greedy)")
     timeout_s: float = setting(1800.0, "(0, 86400]", "per request, in seconds")
     start_timeout_s: float = setting(600.0, "(0, 86400]", "seconds the server may take to start")
@@ -129,10 +146,30 @@ def problem_sources(cfg: SynthStudyConfig) -> list:
     return made
 
 
+# GSM8K's last line, "#### 28080", which its derivatives (gsm_symbolic) keep
+_FINAL_LINE = re.compile(r"\n?####\s*(.+?)\s*$")
+
+
+def worked_solution(cot: str, answer: str) -> str:
+    """A dataset's chain of thought ending as the teacher's would: its GSM8K-style final line
+    (`#### N`) becomes "The answer is \\boxed{N}."; one with neither gets the reference boxed."""
+    text = cot.strip()
+    final = _FINAL_LINE.search(text)
+    if final:
+        return f"{text[: final.start()].rstrip()}\nThe answer is \\boxed{{{final.group(1)}}}."
+    if "\\boxed{" in text:
+        return text
+    return f"{text}\nThe answer is \\boxed{{{answer}}}."
+
+
 def _row(task, source_name: str) -> dict:
     question = task.problem.removesuffix(ANSWER_REQUEST).rstrip()
     answer = task.answer.removeprefix("<answer>").removesuffix("</answer>").strip()
-    return {"id": task.id, "problem": question, "answer": answer, "source": source_name}
+    row = {"id": task.id, "problem": question, "answer": answer, "source": source_name}
+    cot = task.meta.get("entry", {}).get("metadata", {}).get("answer_cot")
+    if isinstance(cot, str) and cot.strip():
+        row["worked"] = worked_solution(cot, answer)
+    return row
 
 
 def problem_rows(sources: list, n: int, split: str) -> list[dict]:

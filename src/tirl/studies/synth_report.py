@@ -69,9 +69,11 @@ def stage_rows(folder: Path) -> list[dict]:
     cot = json.loads((folder / "cot" / "stage.json").read_text())
     times_path = folder / "synth" / "stage_times.json"
     times = json.loads(times_path.read_text()) if times_path.exists() else {}
-    rows = [{"stage": "cot (teacher)", "in": cot["items"], "out": cot["answered"],
-             "pass_rate": _rate(cot["correct"], cot["items"]), "seconds": cot["seconds"],
-             "reasons": {"boxed answer correct": cot["correct"]}}]  # fmt: skip
+    from_dataset = cot.get("from_dataset", 0)  # absent in a folder from before study.cot
+    reasons = {"boxed answer correct": cot["correct"], "from the dataset": from_dataset}
+    rows = [{"stage": f"cot ({cot_origin(from_dataset, cot['items'])})", "in": cot["items"],
+             "out": cot["answered"], "pass_rate": _rate(cot["correct"], cot["items"]),
+             "seconds": cot["seconds"], "reasons": reasons}]  # fmt: skip
     for s in stage_stats(folder / "synth"):
         if s["stage"] == "read":
             continue
@@ -80,6 +82,13 @@ def stage_rows(folder: Path) -> list[dict]:
                      "seconds": times.get(s["stage"], {}).get("seconds", 0.0),
                      "reasons": s["reasons"]})  # fmt: skip
     return rows
+
+
+def cot_origin(from_dataset: int, items: int) -> str:
+    """Who wrote the chains of thought: "dataset", "teacher" or "dataset + teacher"."""
+    if from_dataset == 0:
+        return "teacher"
+    return "dataset" if from_dataset == items else "dataset + teacher"
 
 
 def _rate(k: int, n: int) -> float:

@@ -12,8 +12,10 @@ at the scale of one CPU machine:
    one split by its hash, so the two never share one). Written to `problems/`.
 2. Synthesis: `tirl serve` of the teacher (`teacher.model`) as a child process on a free
    loopback port, which dies with the study (`tirl.lifetime`) and is stopped once synthesis is
-   done. The teacher first writes its own chain of thought per problem (the `cot` stage: the
-   sources have none), then `tirl synth`'s stages run over them (`tirl.synth.pipeline`, in
+   done. The `cot` stage gives each problem a chain of thought: with `study.cot: dataset`
+   (AgentMath's way, rewriting existing CoT data) its dataset's worked solution where it has
+   one (gsm_symbolic's), the teacher's own otherwise; with `teacher`, the teacher's own always.
+   Then `tirl synth`'s stages run over them (`tirl.synth.pipeline`, in
    `synth/`, resumable by its request caches and stage files). Each stage's pass rate and wall
    time are recorded (`synth/stage_times.json`).
 3. Three arms from the same base model, each then trained by the same RL (`run.rl`) and
@@ -158,6 +160,7 @@ def synth_config(cfg: SynthStudyConfig, url: str) -> SynthConfig:
         output_format=cfg.run.protocol.name,
         tools=list(cfg.run.tools),  # the tools the student is trained with
         concurrency=t.concurrency,
+        codeify_examples=t.codeify_examples,
     )
     out.input.skip_bad_records = True  # an empty chain of thought is counted, not fatal
     out.sandbox.max_output_chars = cfg.run.sandbox.max_output_chars
@@ -165,9 +168,12 @@ def synth_config(cfg: SynthStudyConfig, url: str) -> SynthConfig:
     return out
 
 
-async def teacher_cots(t: TeacherSettings, url: str, rows: list[dict], cache: Path) -> list[dict]:
-    """The teacher's chain of thought per problem (cached by request: a resume asks nothing
-    again); rows with `solution` added and `cot_correct` (its boxed answer verified)."""
+async def chains_of_thought(
+    t: TeacherSettings, url: str, rows: list[dict], cache: Path, from_dataset: bool
+) -> list[dict]:
+    """A chain of thought per problem: its `worked` solution if `from_dataset` and it has one,
+    else the teacher's (cached by request: a resume asks nothing again); rows with `solution`,
+    `cot_from` ("dataset" or "teacher") and `cot_correct` (its boxed answer verified) added."""
     from tirl.rewards.answer import extract_boxed
     from tirl.rewards.verify import default_verifier
     from tirl.synth.client import ChatClient
@@ -176,11 +182,14 @@ async def teacher_cots(t: TeacherSettings, url: str, rows: list[dict], cache: Pa
     verifier = default_verifier()
 
     async def one(row: dict) -> dict:
-        messages = [{"role": "system", "content": COT_SYSTEM},
-                    {"role": "user", "content": row["problem"]}]  # fmt: skip
-        text = await client.chat(messages)
+        if from_dataset and row.get("worked"):
+            text, origin = row["worked"], "dataset"
+        else:
+            messages = [{"role": "system", "content": COT_SYSTEM},
+                        {"role": "user", "content": row["problem"]}]  # fmt: skip
+            text, origin = await client.chat(messages), "teacher"
         verdict = await verifier.averify(row["answer"], extract_boxed(text))
-        return {**row, "solution": text, "cot_correct": bool(verdict.correct)}
+        return {**row, "solution": text, "cot_from": origin, "cot_correct": bool(verdict.correct)}
 
     try:
         return list(await asyncio.gather(*(one(r) for r in rows)))
@@ -203,12 +212,16 @@ def synthesize(cfg: SynthStudyConfig, out: Path, train_path: Path) -> None:
         if not stage_path.exists():
             start = time.perf_counter()
             rows = list(read_jsonl(train_path))
+            from_dataset = cfg.study.cot == "dataset"
             done = asyncio.run(
-                teacher_cots(cfg.teacher, teacher.url, rows, cot_dir / "cache.jsonl")
+                chains_of_thought(
+                    cfg.teacher, teacher.url, rows, cot_dir / "cache.jsonl", from_dataset
+                )
             )
             write_text(cot_dir / "input.jsonl", "".join(json.dumps(r) + "\n" for r in done))
             stage = {"items": len(done), "correct": sum(r["cot_correct"] for r in done),
                      "answered": sum(bool(r["solution"].strip()) for r in done),
+                     "from_dataset": sum(r["cot_from"] == "dataset" for r in done),
                      "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
             write_text(stage_path, json.dumps(stage, indent=2))
         resume = (synth_dir / "stages").is_dir()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from tirl.config import ConfigError, setting
 from tirl.protocol import PROTOCOLS
 from tirl.sandbox.config import SandboxConfig
+from tirl.synth.prompts import CODEIFY_EXAMPLES
 from tirl.tools import DEFAULT_TOOLS, tools_problem
 
 # The modules a teacher's code most often imports, preloaded for every session.
@@ -145,6 +146,12 @@ class SynthConfig:
         check=tools_problem,
     )
     concurrency: int = setting(16, "[1, 100000]", "trajectories in flight per stage")
+    codeify_examples: int = setting(
+        0,
+        f"[0, {len(CODEIFY_EXAMPLES)}]",
+        "worked examples of the rewrite the teacher sees first, as earlier chat turns (0:"
+        " AgentMath's prompt, none; a small teacher writes no tags without them)",
+    )
 
     def validate(self) -> None:
         s = self.stages

@@ -52,12 +52,54 @@ def _with_tools(system: str, tools: Sequence[str]) -> str:
     return system + "".join(f"\n{note}" for note in notes if note)
 
 
+# Worked examples of the rewrite: (problem, chain of thought, tool-integrated solution). AgentMath
+# prompts its 671B teacher without any; a small teacher needs to see the tags used before it
+# writes them (SmolLM2-135M wrote no code block for 32 of 32 problems without). Each is written
+# by hand, keeps the simple step as text, and its outputs are what its code prints (tested).
+CODEIFY_EXAMPLES: tuple[tuple[str, str, str], ...] = (
+    (
+        "A shop packs 17 boxes of 24 pencils and sells 45 pencils. How many pencils are left?",
+        "The shop has 17 * 24 = 408 pencils.\nAfter selling 45 it has 408 - 45 = 363.\n"
+        "The answer is \\boxed{363}.",
+        "<think>First count the pencils in the boxes.</think>\n"
+        "<code>\ntotal = 17 * 24\nprint(total)\n</code>\n<interpreter>\n408\n</interpreter>\n"
+        "<think>408 pencils, and 45 are sold.</think>\n"
+        "<code>\nprint(total - 45)\n</code>\n<interpreter>\n363\n</interpreter>\n"
+        "<think>363 pencils are left.</think>\n\\boxed{363}",
+    ),
+    (
+        "Calculate 347 * 29 - 118.",
+        "347 * 29 = 10063, and 10063 - 118 = 9945.\nThe answer is \\boxed{9945}.",
+        "<think>Compute the expression.</think>\n"
+        "<code>\nprint(347 * 29 - 118)\n</code>\n<interpreter>\n9945\n</interpreter>\n"
+        "<think>The result is 9945.</think>\n\\boxed{9945}",
+    ),
+    (
+        "Ana saves $35 a week for 12 weeks, then spends $2 on a pen. How much does she keep?",
+        "She saves 35 * 12 = 420 dollars.\nAfter the pen she keeps 420 - 2 = 418.\n"
+        "The answer is \\boxed{418}.",
+        "<code>\nsaved = 35 * 12\nprint(saved)\n</code>\n<interpreter>\n420\n</interpreter>\n"
+        "<think>She saves 420 dollars; after the $2 pen she keeps 420 - 2 = 418.</think>\n"
+        "\\boxed{418}",
+    ),
+)
+
+
 def codeify_messages(
-    problem: str, cot: str, tools: Sequence[str] = DEFAULT_TOOLS
+    problem: str, cot: str, tools: Sequence[str] = DEFAULT_TOOLS, examples: int = 0
 ) -> list[dict[str, str]]:
-    user = f"Problem:\n{problem}\n\nSolution to rewrite:\n{cot}"
+    """The rewrite request, after the first `examples` of CODEIFY_EXAMPLES as earlier turns."""
     system = _with_tools(CODEIFY_SYSTEM, tools)
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    messages = [{"role": "system", "content": system}]
+    for shown_problem, shown_cot, rewritten in CODEIFY_EXAMPLES[:examples]:
+        messages.append({"role": "user", "content": _codeify_request(shown_problem, shown_cot)})
+        messages.append({"role": "assistant", "content": rewritten})
+    messages.append({"role": "user", "content": _codeify_request(problem, cot)})
+    return messages
+
+
+def _codeify_request(problem: str, cot: str) -> str:
+    return f"Problem:\n{problem}\n\nSolution to rewrite:\n{cot}"
 
 
 def self_correct_messages(

@@ -132,7 +132,9 @@ async def decontaminate(item: Item, ctx: Context) -> Outcome:
 
 
 async def codeify(item: Item, ctx: Context) -> Outcome:
-    item.raw = await ctx.teacher.chat(codeify_messages(item.problem, item.cot, ctx.cfg.tools))
+    cfg = ctx.cfg
+    messages = codeify_messages(item.problem, item.cot, cfg.tools, cfg.codeify_examples)
+    item.raw = await ctx.teacher.chat(messages)
     return keep(item)
 
 
