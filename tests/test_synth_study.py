@@ -148,3 +148,4 @@ def test_only_a_source_with_worked_solutions_brings_them():
     assert gsm["source"] == "gsm_symbolic" and "\\boxed{" in gsm["worked"]
     assert gsm["worked"].endswith(f"\\boxed{{{gsm['answer']}}}.")
     assert arithmetic["source"] == "basic_arithmetic" and "worked" not in arithmetic
+    assert not any("worked" in row for row in problem_rows(problem_sources(cfg), 2, "test"))

@@ -167,7 +167,8 @@ def _row(task, source_name: str) -> dict:
     answer = task.answer.removeprefix("<answer>").removesuffix("</answer>").strip()
     row = {"id": task.id, "problem": question, "answer": answer, "source": source_name}
     cot = task.meta.get("entry", {}).get("metadata", {}).get("answer_cot")
-    if isinstance(cot, str) and cot.strip():
+    # only train items are synthesized from; held-out items carry no solution
+    if task.split == "train" and isinstance(cot, str) and cot.strip():
         row["worked"] = worked_solution(cot, answer)
     return row
 
